@@ -1,0 +1,206 @@
+"""pgqueue's tables as SQLAlchemy ``Table`` objects, for users who query them.
+
+The schema is a public interface: applications join their own tables against
+``pgqueue.jobs`` (a report of the jobs an order enqueued, a dashboard of dead jobs per
+customer) and want typed, autocompleted columns to do it::
+
+    from sqlalchemy import select
+    from pgqueue.db.schema import jobs
+
+    stmt = select(jobs.c.id, jobs.c.status).where(jobs.c.queue == "email")
+
+For a non-default schema name, build a matching set with :func:`build_metadata`.
+
+These objects *describe* the schema; they never create it. The alembic revisions in
+``pgqueue.migrations`` are the only source of DDL (``pgq migrate``). Do not call
+``metadata.create_all()``: it would make tables without the wake-up trigger and without
+the version row. The test suite checks with alembic's ``compare_metadata`` that these
+tables and the migrated database agree; change both together.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Double,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
+
+from pgqueue.settings import validate_schema_name
+
+__all__ = ["build_metadata", "dead_jobs", "jobs", "metadata", "workers"]
+
+_TIMESTAMPTZ = TIMESTAMP(timezone=True)
+
+# Storage parameters of the jobs table (0001_initial): a little free space per page for
+# HOT updates, and autovacuum tuned for a table whose rows churn.
+_JOBS_STORAGE = {
+    "fillfactor": 90,
+    "autovacuum_vacuum_scale_factor": 0.02,
+    "autovacuum_vacuum_threshold": 1000,
+    "autovacuum_vacuum_insert_scale_factor": 0.05,
+    "autovacuum_analyze_scale_factor": 0.02,
+    "autovacuum_vacuum_cost_delay": 1,
+}
+
+
+def _jobs(metadata: MetaData, schema: str) -> Table:
+    table = Table(
+        "jobs",
+        metadata,
+        Column("id", BigInteger, Identity(always=False), nullable=False),
+        Column("queue", Text, nullable=False, server_default=text("'default'")),
+        Column("task", Text, nullable=False),
+        Column("args", JSONB, nullable=False, server_default=text("'[]'")),
+        Column("kwargs", JSONB, nullable=False, server_default=text("'{}'")),
+        Column("status", Text, nullable=False, server_default=text("'queued'")),
+        Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+        Column("run_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        Column(
+            "attempts",
+            Integer,
+            nullable=False,
+            server_default=text("0"),
+            comment="Number of claims; the (id, attempts, worker_id) triple fences every outcome.",
+        ),
+        Column("max_attempts", Integer, nullable=False, server_default=text("3")),
+        Column("idempotency_key", Text),
+        Column(
+            "lease_expires_at",
+            _TIMESTAMPTZ,
+            comment="While running: the worker must heartbeat before this time or the job is "
+            "rescued.",
+        ),
+        Column("worker_id", Text),
+        Column("last_error", Text),
+        Column("result", JSONB),
+        Column("meta", JSONB, nullable=False, server_default=text("'{}'")),
+        Column("timeout", Double),
+        Column("result_ttl", Integer, nullable=False, server_default=text("86400")),
+        Column("cancel_requested", Boolean, nullable=False, server_default=text("false")),
+        Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        Column("started_at", _TIMESTAMPTZ),
+        Column("finished_at", _TIMESTAMPTZ),
+        PrimaryKeyConstraint("id", name="jobs_pkey"),
+        CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'cancelled')", name="jobs_status_check"
+        ),
+        CheckConstraint("jsonb_typeof(args) = 'array'", name="jobs_args_is_array"),
+        CheckConstraint("jsonb_typeof(kwargs) = 'object'", name="jobs_kwargs_is_object"),
+        CheckConstraint("jsonb_typeof(meta) = 'object'", name="jobs_meta_is_object"),
+        CheckConstraint("attempts >= 0", name="jobs_attempts_check"),
+        CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_check"),
+        CheckConstraint("result_ttl >= 0", name="jobs_result_ttl_check"),
+        CheckConstraint("timeout IS NULL OR timeout > 0", name="jobs_timeout_check"),
+        CheckConstraint(
+            "status <> 'running' OR (lease_expires_at IS NOT NULL AND worker_id IS NOT NULL)",
+            name="jobs_running_has_lease",
+        ),
+        schema=schema,
+        comment="pgqueue live jobs: queued, running, and finished rows kept until result_ttl.",
+        postgresql_with=_JOBS_STORAGE,
+    )
+    # The claim index: only queued rows, in the order the claim takes them.
+    Index(
+        "jobs_claim_idx",
+        table.c.priority.desc(),
+        table.c.run_at,
+        table.c.id,
+        postgresql_where=text("status = 'queued'"),
+    )
+    Index("jobs_run_at_idx", table.c.run_at, postgresql_where=text("status = 'queued'"))
+    Index("jobs_lease_idx", table.c.lease_expires_at, postgresql_where=text("status = 'running'"))
+    Index(
+        "jobs_finished_idx",
+        table.c.finished_at,
+        postgresql_where=text("status IN ('succeeded', 'cancelled')"),
+    )
+    Index(
+        "jobs_idempotency_key_idx",
+        table.c.idempotency_key,
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL AND status <> 'cancelled'"),
+    )
+    return table
+
+
+def _dead_jobs(metadata: MetaData, schema: str) -> Table:
+    table = Table(
+        "dead_jobs",
+        metadata,
+        Column("id", BigInteger, nullable=False, autoincrement=False),
+        Column("queue", Text, nullable=False),
+        Column("task", Text, nullable=False),
+        Column("args", JSONB, nullable=False),
+        Column("kwargs", JSONB, nullable=False),
+        Column("priority", SmallInteger, nullable=False),
+        Column("run_at", _TIMESTAMPTZ, nullable=False),
+        Column("attempts", Integer, nullable=False),
+        Column("max_attempts", Integer, nullable=False),
+        Column("idempotency_key", Text),
+        Column("worker_id", Text),
+        Column("last_error", Text),
+        Column("meta", JSONB, nullable=False, server_default=text("'{}'")),
+        Column("timeout", Double),
+        Column("result_ttl", Integer, nullable=False, server_default=text("86400")),
+        Column("created_at", _TIMESTAMPTZ, nullable=False),
+        Column("started_at", _TIMESTAMPTZ),
+        Column("finished_at", _TIMESTAMPTZ),
+        Column("error", Text, nullable=False),
+        Column("failed_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("id", name="dead_jobs_pkey"),
+        schema=schema,
+        comment="pgqueue dead jobs: attempts exhausted or discarded; kept until purged.",
+    )
+    Index("dead_jobs_failed_at_idx", table.c.failed_at)
+    Index("dead_jobs_queue_idx", table.c.queue, table.c.failed_at)
+    return table
+
+
+def _workers(metadata: MetaData, schema: str) -> Table:
+    return Table(
+        "workers",
+        metadata,
+        Column("id", Text, nullable=False),
+        Column("hostname", Text, nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("queues", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+        Column("concurrency", Integer, nullable=False),
+        Column("started_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        Column("last_heartbeat_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        Column("lease_expires_at", _TIMESTAMPTZ, nullable=False),
+        PrimaryKeyConstraint("id", name="workers_pkey"),
+        schema=schema,
+        comment="pgqueue live worker processes; an empty queues array means every queue.",
+    )
+
+
+def build_metadata(schema: str = "pgqueue") -> MetaData:
+    """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs`` and ``workers`` in ``schema``.
+
+    Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
+    """
+    schema = validate_schema_name(schema)
+    metadata = MetaData(schema=schema)
+    _jobs(metadata, schema)
+    _dead_jobs(metadata, schema)
+    _workers(metadata, schema)
+    return metadata
+
+
+metadata = build_metadata()
+jobs = metadata.tables["pgqueue.jobs"]
+dead_jobs = metadata.tables["pgqueue.dead_jobs"]
+workers = metadata.tables["pgqueue.workers"]

@@ -1,0 +1,24 @@
+"""Shared test set-up: the database fixtures live in the ``tests._database`` plugin.
+
+Fixtures available everywhere: ``database_server``, ``admin_dsn``/``server_dsn``,
+``schema``, ``databases``, ``dsn``, ``empty_dsn``, ``conn``. Polling helpers:
+``from tests._polling import wait_until``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest_plugins = ["tests._database"]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get("PGQUEUE_TEST_DSN"):
+        where = "PGQUEUE_TEST_DSN (external server)"
+    elif os.environ.get("PGQUEUE_TEST_BACKEND", "").lower() == "docker":
+        where = "docker (testcontainers)"
+    else:
+        where = "embedded PostgreSQL (temporary, started on first use)"
+    return f"pgqueue test database: {where}"
