@@ -1,0 +1,49 @@
+"""pgqueue: a durable background-job queue for Python that needs nothing but PostgreSQL.
+
+Enqueue jobs inside your own transaction; run ``pgq worker``; query job state with SQL.
+"""
+
+from __future__ import annotations
+
+from pgqueue.context import JobContext
+from pgqueue.errors import (
+    ArgumentError,
+    ConfigurationError,
+    DatabaseUnavailable,
+    Discard,
+    DuplicateJob,
+    JobFailed,
+    JobNotFound,
+    LeaseLost,
+    PgQueueError,
+    Retry,
+    SchemaOutOfDate,
+    Snooze,
+    TaskNotFound,
+)
+from pgqueue.job import Job
+from pgqueue.queue import Queue
+from pgqueue.task import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentError",
+    "ConfigurationError",
+    "DatabaseUnavailable",
+    "Discard",
+    "DuplicateJob",
+    "Job",
+    "JobContext",
+    "JobFailed",
+    "JobNotFound",
+    "LeaseLost",
+    "PgQueueError",
+    "Queue",
+    "Retry",
+    "SchemaOutOfDate",
+    "Snooze",
+    "Task",
+    "TaskNotFound",
+    "__version__",
+]

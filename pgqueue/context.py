@@ -1,0 +1,179 @@
+"""JobContext: what a running task may know and do about its own job.
+
+A task receives it by declaring a parameter annotated ``JobContext``. It offers the job
+snapshot, the attempt number, progress reporting, the cancellation flag, and
+``transaction()``: a database transaction that commits the task's writes *and* marks the
+job succeeded together, fenced so a worker that lost its lease commits nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psycopg
+
+from pgqueue.errors import LeaseLost
+from pgqueue.serialization import dumps
+
+if TYPE_CHECKING:
+    from pgqueue.db.queries import Queries
+    from pgqueue.job import Job
+
+logger = logging.getLogger("pgqueue.task")
+
+
+class TransactionSource(Protocol):
+    """Where ctx.transaction() gets connections (the worker's lazily opened pools)."""
+
+    def sync_pool(self) -> Any: ...
+
+    async def async_pool(self) -> Any: ...
+
+
+class JobContext:
+    """The running job's view of itself. Created by the worker, one per attempt."""
+
+    def __init__(
+        self,
+        job: Job,
+        *,
+        worker_id: str,
+        queries: Queries,
+        report_progress: Callable[[str], None],
+        connections: TransactionSource,
+    ) -> None:
+        self.job = job
+        self.attempt = job.attempts
+        self.worker_id = worker_id
+        self.logger = logging.LoggerAdapter(
+            logger, {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
+        )
+        self._queries = queries
+        self._report_progress = report_progress
+        self._connections = connections
+        self._cancel_requested = False
+        self.lease_lost = False
+        self.completed_in_transaction = False
+
+    def __repr__(self) -> str:
+        return f"<JobContext job={self.job.id} task={self.job.task} attempt={self.attempt}>"
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this job (or it timed out / lost its lease).
+
+        Sync tasks should check it in long loops and return early.
+        """
+        return self._cancel_requested
+
+    def request_cancel(self) -> None:
+        """Set by the worker; tasks read :attr:`cancel_requested`."""
+        self._cancel_requested = True
+
+    def set_progress(self, value: Any) -> None:
+        """Store ``value`` (JSON) in ``meta["progress"]``; written in the background."""
+        self.job.meta["progress"] = value
+        self._report_progress(dumps(value))
+
+    def transaction(self) -> JobTransaction:
+        """A transaction whose commit also marks this job succeeded.
+
+        ``with ctx.transaction() as conn:`` in sync tasks (a psycopg Connection),
+        ``async with ctx.transaction() as conn:`` in async ones (an AsyncConnection).
+        If this worker lost the job's lease, the block raises LeaseLost and nothing commits.
+        """
+        return JobTransaction(self)
+
+    def _fence_params(self) -> dict[str, Any]:
+        return {"id": self.job.id, "attempt": self.attempt, "worker_id": self.worker_id}
+
+
+class JobTransaction:
+    """Context manager behind :meth:`JobContext.transaction` (sync and async forms)."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self._ctx = ctx
+        self._pool_cm: Any = None
+        self._tx_cm: Any = None
+        self._conn: Any = None
+
+    def _lost(self) -> LeaseLost:
+        self._ctx.lease_lost = True
+        return LeaseLost(
+            f"job {self._ctx.job.id} attempt {self._ctx.attempt} is no longer held by worker "
+            f"{self._ctx.worker_id}; its transaction was rolled back"
+        )
+
+    # -- sync ---------------------------------------------------------------------------
+    def __enter__(self) -> psycopg.Connection[Any]:
+        self._pool_cm = self._ctx._connections.sync_pool().connection()
+        self._conn = self._pool_cm.__enter__()
+        self._tx_cm = self._conn.transaction()
+        self._tx_cm.__enter__()
+        try:
+            row = self._conn.execute(
+                self._ctx._queries["lock_running_job"], self._ctx._fence_params()
+            ).fetchone()
+            if row is None:
+                raise self._lost()
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self._conn  # type: ignore[no-any-return]
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if exc is None:
+                marked = self._conn.execute(
+                    self._ctx._queries["mark_succeeded_in_transaction"], self._ctx._fence_params()
+                ).fetchone()
+                if marked is None:
+                    lost = self._lost()
+                    self._tx_cm.__exit__(type(lost), lost, None)
+                    raise lost
+            self._tx_cm.__exit__(kind, exc, tb)
+            if exc is None:
+                self._ctx.completed_in_transaction = True
+        finally:
+            self._pool_cm.__exit__(None, None, None)
+
+    # -- async --------------------------------------------------------------------------
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        pool = await self._ctx._connections.async_pool()
+        self._pool_cm = pool.connection()
+        self._conn = await self._pool_cm.__aenter__()
+        self._tx_cm = self._conn.transaction()
+        await self._tx_cm.__aenter__()
+        try:
+            cursor = await self._conn.execute(
+                self._ctx._queries["lock_running_job"], self._ctx._fence_params()
+            )
+            if await cursor.fetchone() is None:
+                raise self._lost()
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self._conn  # type: ignore[no-any-return]
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if exc is None:
+                cursor = await self._conn.execute(
+                    self._ctx._queries["mark_succeeded_in_transaction"], self._ctx._fence_params()
+                )
+                if await cursor.fetchone() is None:
+                    lost = self._lost()
+                    await self._tx_cm.__aexit__(type(lost), lost, None)
+                    raise lost
+            await self._tx_cm.__aexit__(kind, exc, tb)
+            if exc is None:
+                self._ctx.completed_in_transaction = True
+        finally:
+            await self._pool_cm.__aexit__(None, None, None)

@@ -1,0 +1,444 @@
+"""Every SQL statement pgqueue runs, each under the name the code calls it by.
+
+One place to read the claim, the completion and the lease rules. Statements are written
+with a ``{schema}`` placeholder and rendered once per schema by :class:`Queries`, which
+quotes the name with ``psycopg.sql.Identifier``; values are always bound parameters.
+
+Fencing: every statement that records what happened to a running job matches the job on
+``id`` *and* ``attempts`` *and* ``worker_id`` *and* ``status = 'running'``. A worker
+whose lease was lost (the rescuer re-queued the job, another worker claimed it and so
+incremented ``attempts``) therefore changes nothing: zero rows means "lease lost".
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Final
+
+from psycopg import sql
+
+# Columns of a job row, in the order queries return them (see ``pgqueue.job.JobRow``).
+JOB_COLUMNS: Final = (
+    "id", "queue", "task", "args", "kwargs", "status", "priority", "run_at", "attempts",
+    "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
+    "result", "meta", "timeout", "result_ttl", "cancel_requested", "created_at",
+    "started_at", "finished_at",
+)
+DEAD_JOB_COLUMNS: Final = (
+    "id", "queue", "task", "args", "kwargs", "priority", "run_at", "attempts",
+    "max_attempts", "idempotency_key", "worker_id", "last_error", "meta", "timeout",
+    "result_ttl", "created_at", "started_at", "finished_at", "error", "failed_at",
+)
+WORKER_COLUMNS: Final = (
+    "id", "hostname", "pid", "queues", "concurrency", "started_at", "last_heartbeat_at",
+    "lease_expires_at",
+)
+
+# The status users see: ``queued`` rows split by whether they are due and were tried.
+_API_STATUS = """
+    CASE WHEN j.status = 'queued' AND j.run_at > now()
+         THEN CASE WHEN j.attempts > 0 THEN 'retrying' ELSE 'scheduled' END
+         ELSE j.status END
+"""
+
+# The columns a live job shares with a dead one, as a select list over alias j.
+_SHARED = (
+    "j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.run_at, j.attempts, "
+    "j.max_attempts, j.idempotency_key, j.worker_id, j.last_error, j.meta, j.timeout, "
+    "j.result_ttl, j.created_at, j.started_at, j.finished_at"
+)
+
+_LIVE_SELECT = (
+    "SELECT " + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS + " AS api_status, "
+    "NULL::text AS error, NULL::timestamptz AS failed_at FROM {schema}.jobs j"
+)
+_DEAD_SELECT = (
+    "SELECT j.id, j.queue, j.task, j.args, j.kwargs, 'dead' AS status, j.priority, j.run_at, "
+    "j.attempts, j.max_attempts, j.idempotency_key, NULL::timestamptz AS lease_expires_at, "
+    "j.worker_id, j.last_error, NULL::jsonb AS result, j.meta, j.timeout, j.result_ttl, "
+    "false AS cancel_requested, j.created_at, j.started_at, j.finished_at, "
+    "'dead' AS api_status, j.error, j.failed_at FROM {schema}.dead_jobs j"
+)
+
+TEMPLATES: Final[dict[str, str]] = {
+    # -- Enqueue -----------------------------------------------------------------------
+    # One job. A live job holding the same idempotency key makes this insert nothing;
+    # the caller then reads the holder with select_job_by_idempotency_key.
+    "insert_job": """
+        INSERT INTO {schema}.jobs AS j
+            (queue, task, args, kwargs, priority, run_at, max_attempts, idempotency_key,
+             meta, timeout, result_ttl)
+        VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(kwargs)s::jsonb, %(priority)s,
+                COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s)),
+                %(max_attempts)s, %(idempotency_key)s, %(meta)s::jsonb, %(timeout)s,
+                %(result_ttl)s)
+        ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
+        DO NOTHING
+        RETURNING """ + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS,
+    "select_job_by_idempotency_key": _LIVE_SELECT + """
+        WHERE j.idempotency_key = %(idempotency_key)s AND j.status <> 'cancelled'
+    """,
+    # Many jobs of one task with shared options: one statement whatever the count.
+    # Ids come from the identity sequence in input order (ORDER BY ord), so the
+    # caller sorts the returned ids to map them back to its items.
+    "insert_jobs": """
+        INSERT INTO {schema}.jobs
+            (queue, task, args, kwargs, priority, run_at, max_attempts, meta, timeout, result_ttl)
+        SELECT %(queue)s, %(task)s, item.args::jsonb, item.kwargs::jsonb, %(priority)s,
+               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s)),
+               %(max_attempts)s, %(meta)s::jsonb, %(timeout)s, %(result_ttl)s
+          FROM unnest(%(args)s::text[], %(kwargs)s::text[]) WITH ORDINALITY
+               AS item(args, kwargs, ord)
+         ORDER BY item.ord
+        RETURNING id, run_at, created_at
+    """,
+    # -- Claim -------------------------------------------------------------------------
+    # Take up to %(limit)s ready jobs, highest priority first, skipping rows another
+    # worker is claiming right now. Two variants so each gets its own simple plan.
+    "claim_jobs_any_queue": """
+        WITH claimable AS (
+            SELECT id FROM {schema}.jobs
+             WHERE status = 'queued' AND run_at <= now()
+             ORDER BY priority DESC, run_at, id
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED
+        )
+        UPDATE {schema}.jobs AS j
+           SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
+               lease_expires_at = now() + make_interval(secs => %(lease)s),
+               started_at = now(), cancel_requested = false
+          FROM claimable
+         WHERE j.id = claimable.id
+        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts,
+                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at
+    """,
+    "claim_jobs_in_queues": """
+        WITH claimable AS (
+            SELECT id FROM {schema}.jobs
+             WHERE status = 'queued' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
+             ORDER BY priority DESC, run_at, id
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED
+        )
+        UPDATE {schema}.jobs AS j
+           SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
+               lease_expires_at = now() + make_interval(secs => %(lease)s),
+               started_at = now(), cancel_requested = false
+          FROM claimable
+         WHERE j.id = claimable.id
+        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts,
+                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at
+    """,
+    # When the next scheduled job becomes due, so an idle worker sleeps until then.
+    "next_run_at": """
+        SELECT min(run_at) FROM {schema}.jobs
+         WHERE status = 'queued' AND run_at > now()
+           AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
+    """,
+    # -- Completion (the completer is the only caller) ---------------------------------
+    # Records a batch of outcomes in one statement, fenced on id, attempt, worker and
+    # status. Kinds: succeeded, retry, snooze, release, cancelled, progress (meta only,
+    # job keeps running), result (value of a job already marked succeeded by
+    # ctx.transaction()), dead (moved to dead_jobs). Returns the rows it changed.
+    "complete_jobs": """
+        WITH outcome AS (
+            SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(kinds)s::text[],
+                                 %(results)s::jsonb[], %(errors)s::text[], %(delays)s::float8[],
+                                 %(progress)s::jsonb[])
+                   AS o(id, attempt, kind, result, error, delay, progress)
+        ),
+        updated AS (
+            UPDATE {schema}.jobs AS j
+               SET status = CASE o.kind
+                                WHEN 'succeeded' THEN 'succeeded'
+                                WHEN 'result' THEN 'succeeded'
+                                WHEN 'cancelled' THEN 'cancelled'
+                                WHEN 'progress' THEN 'running'
+                                ELSE 'queued' END,
+                   result = CASE WHEN o.kind IN ('succeeded', 'result') THEN o.result
+                                 ELSE j.result END,
+                   attempts = CASE WHEN o.kind IN ('snooze', 'release') THEN j.attempts - 1
+                                   ELSE j.attempts END,
+                   run_at = CASE WHEN o.kind IN ('retry', 'snooze')
+                                     THEN now() + make_interval(secs => o.delay)
+                                 WHEN o.kind = 'release' THEN now()
+                                 ELSE j.run_at END,
+                   last_error = COALESCE(o.error, j.last_error),
+                   finished_at = CASE WHEN o.kind IN ('succeeded', 'cancelled') THEN now()
+                                      WHEN o.kind IN ('progress', 'result') THEN j.finished_at
+                                      ELSE NULL END,
+                   lease_expires_at = CASE WHEN o.kind = 'progress' THEN j.lease_expires_at
+                                           ELSE NULL END,
+                   worker_id = CASE WHEN o.kind IN ('retry', 'snooze', 'release') THEN NULL
+                                    ELSE j.worker_id END,
+                   cancel_requested = CASE WHEN o.kind = 'progress' THEN j.cancel_requested
+                                           ELSE false END,
+                   meta = CASE WHEN o.progress IS NULL THEN j.meta
+                               ELSE jsonb_set(j.meta, '{{progress}}', o.progress) END
+              FROM outcome o
+             WHERE j.id = o.id AND j.attempts = o.attempt AND j.worker_id = %(worker_id)s
+               AND j.status = CASE o.kind WHEN 'result' THEN 'succeeded' ELSE 'running' END
+               AND o.kind <> 'dead'
+            RETURNING j.id, o.kind, j.queue, j.run_at <= now() AS ready
+        ),
+        dead AS (
+            DELETE FROM {schema}.jobs AS j
+             USING outcome o
+             WHERE j.id = o.id AND j.attempts = o.attempt AND j.worker_id = %(worker_id)s
+               AND j.status = 'running' AND o.kind = 'dead'
+            RETURNING """ + _SHARED + """, o.error AS final_error,
+                      CASE WHEN o.progress IS NULL THEN j.meta
+                           ELSE jsonb_set(j.meta, '{{progress}}', o.progress) END AS final_meta
+        ),
+        buried AS (
+            INSERT INTO {schema}.dead_jobs
+                (id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
+                 idempotency_key, worker_id, last_error, meta, timeout, result_ttl, created_at,
+                 started_at, finished_at, error, failed_at)
+            SELECT id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
+                   idempotency_key, worker_id, final_error, final_meta, timeout, result_ttl,
+                   created_at, started_at, now(), final_error, now()
+              FROM dead
+        )
+        SELECT id, kind, queue, ready FROM updated
+        UNION ALL
+        SELECT id, 'dead', queue, false FROM dead
+    """,
+    # -- ctx.transaction(): the task's writes and its completion commit together --------
+    "lock_running_job": """
+        SELECT id FROM {schema}.jobs
+         WHERE id = %(id)s AND attempts = %(attempt)s AND worker_id = %(worker_id)s
+           AND status = 'running'
+           FOR UPDATE
+    """,
+    "mark_succeeded_in_transaction": """
+        UPDATE {schema}.jobs
+           SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL,
+               cancel_requested = false
+         WHERE id = %(id)s AND attempts = %(attempt)s AND worker_id = %(worker_id)s
+           AND status = 'running'
+        RETURNING id
+    """,
+    # -- Heartbeat ---------------------------------------------------------------------
+    # One statement: upsert this worker's row and extend the lease of every job it holds.
+    # Returns the jobs still held, so the worker learns of lost leases and cancellations.
+    "heartbeat": """
+        WITH worker AS (
+            INSERT INTO {schema}.workers
+                (id, hostname, pid, queues, concurrency, lease_expires_at)
+            VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(queues)s::text[], %(concurrency)s,
+                    now() + make_interval(secs => %(lease)s))
+            ON CONFLICT (id) DO UPDATE
+               SET last_heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at
+            RETURNING id
+        )
+        UPDATE {schema}.jobs AS j
+           SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+          FROM worker
+         WHERE j.worker_id = worker.id AND j.status = 'running'
+        RETURNING j.id, j.attempts, j.cancel_requested
+    """,
+    "delete_worker": "DELETE FROM {schema}.workers WHERE id = %(worker_id)s",
+    "select_workers": """
+        SELECT id, hostname, pid, queues, concurrency, started_at, last_heartbeat_at,
+               lease_expires_at
+          FROM {schema}.workers ORDER BY started_at, id
+    """,
+    # -- Maintenance (any worker may run these; SKIP LOCKED keeps them from fighting) ---
+    # Expired leases count as a failed attempt: back to queued at once, or dead when
+    # the attempts are spent.
+    "rescue_expired_jobs": """
+        WITH expired AS (
+            SELECT id FROM {schema}.jobs
+             WHERE status = 'running' AND lease_expires_at < now()
+             ORDER BY lease_expires_at
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED
+        ),
+        requeued AS (
+            UPDATE {schema}.jobs AS j
+               SET status = 'queued', run_at = now(), worker_id = NULL,
+                   lease_expires_at = NULL, cancel_requested = false,
+                   last_error = format('lease expired: worker %%s stopped heartbeating during '
+                                       'attempt %%s', j.worker_id, j.attempts)
+              FROM expired e
+             WHERE j.id = e.id AND j.attempts < j.max_attempts AND NOT j.cancel_requested
+            RETURNING j.id, j.queue
+        ),
+        cancelled AS (
+            UPDATE {schema}.jobs AS j
+               SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL,
+                   last_error = 'cancelled: lease expired while cancellation was requested'
+              FROM expired e
+             WHERE j.id = e.id AND j.cancel_requested
+            RETURNING j.id
+        ),
+        dead AS (
+            DELETE FROM {schema}.jobs AS j
+             USING expired e
+             WHERE j.id = e.id AND j.attempts >= j.max_attempts AND NOT j.cancel_requested
+            RETURNING """ + _SHARED + """
+        ),
+        buried AS (
+            INSERT INTO {schema}.dead_jobs
+                (id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
+                 idempotency_key, worker_id, last_error, meta, timeout, result_ttl, created_at,
+                 started_at, finished_at, error, failed_at)
+            SELECT id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
+                   idempotency_key, worker_id,
+                   format('lease expired: worker %%s stopped heartbeating during attempt %%s',
+                          worker_id, attempts),
+                   meta, timeout, result_ttl, created_at, started_at, now(),
+                   format('lease expired: worker %%s stopped heartbeating during attempt %%s',
+                          worker_id, attempts),
+                   now()
+              FROM dead
+        )
+        SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead),
+               (SELECT count(*) FROM cancelled),
+               (SELECT string_agg(DISTINCT queue, ',') FROM requeued)
+    """,
+    "delete_stale_workers": """
+        DELETE FROM {schema}.workers
+         WHERE lease_expires_at < now() - make_interval(secs => %(grace)s)
+        RETURNING id
+    """,
+    # Finished rows past their result_ttl; bounded so one run never holds locks for long.
+    "prune_finished_jobs": """
+        DELETE FROM {schema}.jobs AS j
+         WHERE j.id IN (
+            SELECT id FROM {schema}.jobs
+             WHERE status IN ('succeeded', 'cancelled')
+               AND finished_at < now() - make_interval(secs => result_ttl)
+             ORDER BY finished_at
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED)
+    """,
+    "notify_ready": "SELECT pg_notify(%(channel)s, %(queues)s)",
+    # -- Reading jobs ------------------------------------------------------------------
+    "select_job": _LIVE_SELECT + " WHERE j.id = %(id)s UNION ALL " + _DEAD_SELECT
+    + " WHERE j.id = %(id)s",
+    "select_jobs": "SELECT * FROM (" + _LIVE_SELECT + " UNION ALL " + _DEAD_SELECT + """
+        ) AS listed
+         WHERE (%(status)s::text IS NULL OR api_status = %(status)s::text)
+           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+           AND (%(task)s::text IS NULL OR task = %(task)s::text)
+         ORDER BY id DESC
+         LIMIT %(limit)s
+    """,
+    "select_live_jobs": _LIVE_SELECT + """
+         WHERE (%(status)s::text IS NULL OR """ + _API_STATUS + """ = %(status)s::text)
+           AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+           AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+         ORDER BY j.id DESC
+         LIMIT %(limit)s
+    """,
+    "select_dead_jobs": _DEAD_SELECT + """
+         WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+           AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+         ORDER BY j.failed_at DESC, j.id DESC
+         LIMIT %(limit)s
+    """,
+    "queue_stats": """
+        WITH live AS (
+            SELECT queue,
+                   count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS queued,
+                   count(*) FILTER (WHERE status = 'queued' AND run_at > now()
+                                    AND attempts = 0) AS scheduled,
+                   count(*) FILTER (WHERE status = 'queued' AND run_at > now()
+                                    AND attempts > 0) AS retrying,
+                   count(*) FILTER (WHERE status = 'running') AS running,
+                   count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+                   count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+                   min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())
+                       AS oldest_queued_run_at
+              FROM {schema}.jobs GROUP BY queue
+        ),
+        dead AS (SELECT queue, count(*) AS dead FROM {schema}.dead_jobs GROUP BY queue)
+        SELECT COALESCE(live.queue, dead.queue) AS queue,
+               COALESCE(live.queued, 0) AS queued,
+               COALESCE(live.scheduled, 0) AS scheduled,
+               COALESCE(live.retrying, 0) AS retrying,
+               COALESCE(live.running, 0) AS running,
+               COALESCE(live.succeeded, 0) AS succeeded,
+               COALESCE(live.cancelled, 0) AS cancelled,
+               COALESCE(dead.dead, 0) AS dead,
+               extract(epoch FROM now() - live.oldest_queued_run_at)::float8
+                   AS oldest_queued_age_seconds
+          FROM live FULL JOIN dead ON live.queue = dead.queue
+         ORDER BY 1
+    """,
+    # -- Cancelling ---------------------------------------------------------------------
+    "cancel_queued_job": """
+        UPDATE {schema}.jobs
+           SET status = 'cancelled', finished_at = now(), last_error = 'cancelled before it ran'
+         WHERE id = %(id)s AND status = 'queued'
+        RETURNING id
+    """,
+    "request_cancel_running_job": """
+        UPDATE {schema}.jobs SET cancel_requested = true
+         WHERE id = %(id)s AND status = 'running'
+        RETURNING id
+    """,
+    # -- Dead jobs ---------------------------------------------------------------------
+    # Back to jobs with the same id and attempts reset to 0. A job whose idempotency key
+    # a newer live job holds is not moved (ON CONFLICT DO NOTHING) and stays dead.
+    "retry_dead_jobs": """
+        WITH candidates AS (
+            SELECT * FROM {schema}.dead_jobs
+             WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+               AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+             FOR UPDATE SKIP LOCKED
+        ),
+        revived AS (
+            INSERT INTO {schema}.jobs AS j
+                (id, queue, task, args, kwargs, status, priority, run_at, attempts,
+                 max_attempts, idempotency_key, meta, timeout, result_ttl, created_at,
+                 last_error)
+            SELECT id, queue, task, args, kwargs, 'queued', priority, now(), 0, max_attempts,
+                   idempotency_key, meta, timeout, result_ttl, created_at, error
+              FROM candidates
+            ON CONFLICT (idempotency_key)
+               WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
+            DO NOTHING
+            RETURNING j.id
+        ),
+        removed AS (
+            DELETE FROM {schema}.dead_jobs AS d USING revived r WHERE d.id = r.id
+            RETURNING d.id
+        )
+        SELECT c.id, c.idempotency_key, (r.id IS NOT NULL) AS revived
+          FROM candidates c LEFT JOIN removed r ON r.id = c.id
+         ORDER BY c.id
+    """,
+    "purge_dead_jobs": """
+        DELETE FROM {schema}.dead_jobs
+         WHERE failed_at < now() - make_interval(secs => %(older_than)s)
+           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    """,
+}
+
+
+class Queries:
+    """The statements of :data:`TEMPLATES`, rendered for one schema.
+
+    Rendering happens once per schema (see :func:`for_schema`); the results are bytes
+    so psycopg can prepare them and mypy accepts them as queries.
+    """
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        identifier = sql.Identifier(schema)
+        self._rendered: dict[str, bytes] = {
+            name: sql.SQL(template).format(schema=identifier).as_string().encode()  # type: ignore[arg-type]
+            for name, template in TEMPLATES.items()
+        }
+
+    def __getitem__(self, name: str) -> bytes:
+        return self._rendered[name]
+
+
+@cache
+def for_schema(schema: str) -> Queries:
+    """The rendered statements for ``schema`` (cached)."""
+    return Queries(schema)

@@ -1,0 +1,127 @@
+"""The exceptions users catch, and the control-flow signals tasks raise.
+
+Every error pgqueue raises on purpose derives from :class:`PgQueueError`, so one
+``except PgQueueError`` catches them all. :class:`Retry`, :class:`Snooze` and
+:class:`Discard` are not errors: a task raises them to tell the worker what to do
+with the job, so they sit outside the tree.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentError",
+    "ConfigurationError",
+    "DatabaseUnavailable",
+    "Discard",
+    "DuplicateJob",
+    "JobFailed",
+    "JobNotFound",
+    "LeaseLost",
+    "PgQueueError",
+    "Retry",
+    "SchemaOutOfDate",
+    "Snooze",
+    "TaskNotFound",
+]
+
+
+class PgQueueError(Exception):
+    """Base class of every error pgqueue raises on purpose."""
+
+    __module__ = "pgqueue"
+
+
+class ConfigurationError(PgQueueError, ValueError):
+    """A setting is missing or malformed (DSN, schema name, option value)."""
+
+    __module__ = "pgqueue"
+
+
+class DatabaseUnavailable(PgQueueError):
+    """The database could not be reached within the allowed time."""
+
+    __module__ = "pgqueue"
+
+
+class SchemaOutOfDate(PgQueueError):
+    """The pgqueue schema in the database is older than this code: run ``pgq migrate``."""
+
+    __module__ = "pgqueue"
+
+
+class TaskNotFound(PgQueueError):
+    """No task is registered under that name."""
+
+    __module__ = "pgqueue"
+
+
+class ArgumentError(PgQueueError, TypeError):
+    """The arguments given to a task do not fit its signature or cannot be stored as JSON."""
+
+    __module__ = "pgqueue"
+
+
+class JobNotFound(PgQueueError, LookupError):
+    """No job (live or dead) has that id."""
+
+    __module__ = "pgqueue"
+
+
+class DuplicateJob(PgQueueError):
+    """Another live job already holds this idempotency key."""
+
+    __module__ = "pgqueue"
+
+
+class LeaseLost(PgQueueError):
+    """This worker no longer holds the job: its lease expired and the job moved on."""
+
+    __module__ = "pgqueue"
+
+
+class JobFailed(PgQueueError):
+    """The job ended in ``dead_jobs``: its attempts ran out or it was discarded."""
+
+    __module__ = "pgqueue"
+
+    def __init__(self, job_id: int, task: str, error: str | None) -> None:
+        self.job_id = job_id
+        self.task = task
+        self.error = error
+        last_line = (error or "no error recorded").strip().splitlines()[-1:] or [""]
+        super().__init__(f"job {job_id} ({task}) is dead: {last_line[0]}")
+
+
+class Retry(Exception):
+    """Raise inside a task to retry the job after ``delay`` seconds; consumes the attempt."""
+
+    __module__ = "pgqueue"
+
+    def __init__(self, delay: float = 0.0, reason: str | None = None) -> None:
+        if delay < 0:
+            raise ValueError(f"Retry delay must be >= 0 seconds, got {delay}")
+        self.delay = float(delay)
+        self.reason = reason
+        super().__init__(reason or f"retry requested in {delay:g}s")
+
+
+class Snooze(Exception):
+    """Raise inside a task to run the job again in ``seconds`` without using an attempt."""
+
+    __module__ = "pgqueue"
+
+    def __init__(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError(f"Snooze seconds must be >= 0, got {seconds}")
+        self.seconds = float(seconds)
+        super().__init__(f"snoozed for {seconds:g}s")
+
+
+class Discard(Exception):
+    """Raise inside a task to send the job to ``dead_jobs`` at once, without retrying."""
+
+    __module__ = "pgqueue"
+
+    def __init__(self, reason: str = "discarded by the task") -> None:
+        self.reason = reason
+        super().__init__(reason)

@@ -1,0 +1,128 @@
+"""Every database operation of the public API, written once as a plan (see ``db.plans``).
+
+The Queue runs these on its own pooled connections or on the caller's connection; the
+CLI and any dashboard call the Queue, so all of them share exactly this logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pgqueue.db.plans import Plan, Row, Statement
+from pgqueue.db.queries import Queries
+from pgqueue.errors import DuplicateJob, JobNotFound
+
+# How often an idempotent insert re-tries when the holder of its key vanishes between
+# our insert (which saw it) and our read (which no longer does).
+_IDEMPOTENT_INSERT_TRIES = 5
+
+
+def insert_job(queries: Queries, params: dict[str, Any]) -> Plan[Row]:
+    """Insert one job, or return the live job that already holds its idempotency key."""
+    for _ in range(_IDEMPOTENT_INSERT_TRIES):
+        row = yield Statement(queries["insert_job"], params)
+        if row is not None:
+            return row  # type: ignore[no-any-return]
+        holder = yield Statement(queries["select_job_by_idempotency_key"], params)
+        if holder is not None:
+            return holder  # type: ignore[no-any-return]
+    raise DuplicateJob(
+        f"idempotency key {params['idempotency_key']!r} kept changing hands; try again"
+    )
+
+
+def insert_jobs(queries: Queries, params: dict[str, Any]) -> Plan[list[Row]]:
+    """Insert many jobs in one statement; rows come back in input order."""
+    rows = yield Statement(queries["insert_jobs"], params, fetch="all")
+    return sorted(rows, key=lambda row: row["id"])
+
+
+def get_job(queries: Queries, job_id: int) -> Plan[Row | None]:
+    """The live or dead job with this id."""
+    row = yield Statement(queries["select_job"], {"id": job_id})
+    return row  # type: ignore[no-any-return]
+
+
+def list_jobs(
+    queries: Queries, *, status: str | None, queue: str | None, task: str | None, limit: int
+) -> Plan[list[Row]]:
+    """Newest first, filtered by API status (``dead`` reads dead_jobs), queue and task."""
+    params = {"status": status, "queue": queue, "task": task, "limit": limit}
+    if status == "dead":
+        name = "select_dead_jobs"
+    elif status is not None:
+        name = "select_live_jobs"
+    else:
+        name = "select_jobs"
+    rows = yield Statement(queries[name], params, fetch="all")
+    return rows  # type: ignore[no-any-return]
+
+
+def cancel_job(queries: Queries, job_id: int) -> Plan[Row]:
+    """Queued → cancelled now; running → cancellation requested; finished → unchanged."""
+    done = yield Statement(queries["cancel_queued_job"], {"id": job_id})
+    if done is None:
+        yield Statement(queries["request_cancel_running_job"], {"id": job_id})
+    row = yield Statement(queries["select_job"], {"id": job_id})
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    return row  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class DeadRetryResult:
+    """What ``retry_dead`` did: ids moved back to jobs, and ids left dead with why."""
+
+    retried: list[int]
+    refused: dict[int, str]
+
+
+def retry_dead(
+    queries: Queries, *, ids: Sequence[int] | None, queue: str | None
+) -> Plan[DeadRetryResult]:
+    """Move dead jobs back to ``queued`` keeping their ids; attempts start again at 0."""
+    params = {"ids": list(ids) if ids is not None else None, "queue": queue}
+    rows = yield Statement(queries["retry_dead_jobs"], params, fetch="all")
+    retried = [row["id"] for row in rows if row["revived"]]
+    refused = {
+        row["id"]: (
+            f"idempotency key {row['idempotency_key']!r} is held by a live job; "
+            "the dead job stays where it is"
+        )
+        for row in rows
+        if not row["revived"]
+    }
+    if ids is not None:
+        found = {row["id"] for row in rows}
+        for missing in ids:
+            if missing not in found:
+                refused[missing] = "no dead job with this id"
+    return DeadRetryResult(retried, refused)
+
+
+def purge_dead(queries: Queries, *, older_than: float, queue: str | None) -> Plan[int]:
+    """Delete dead jobs that failed more than ``older_than`` seconds ago; return the count."""
+    count = yield Statement(
+        queries["purge_dead_jobs"], {"older_than": older_than, "queue": queue}, fetch="rowcount"
+    )
+    return int(count)
+
+
+STAT_KEYS = (
+    "queue", "queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead",
+    "oldest_queued_age_seconds",
+)
+
+
+def queue_stats(queries: Queries) -> Plan[list[dict[str, Any]]]:
+    """Per queue: counts by API status and the age of the oldest ready job."""
+    rows = yield Statement(queries["queue_stats"], {}, fetch="all")
+    return [{key: row[key] for key in STAT_KEYS} for row in rows]
+
+
+def list_workers(queries: Queries) -> Plan[list[Row]]:
+    """Live worker processes and their heartbeats."""
+    rows = yield Statement(queries["select_workers"], {}, fetch="all")
+    return rows  # type: ignore[no-any-return]

@@ -1,0 +1,327 @@
+"""Queue: the entry point. Configuration, the task registry, and every operation users call.
+
+A Queue is cheap to create at import time: it touches the database only when first used,
+so ``pgq worker --dsn ...`` can still point an imported Queue somewhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pgqueue.db import migrate as migrations
+from pgqueue.db.connections import async_connection, sync_connection
+from pgqueue.db.plans import Plan, run_async, run_sync
+from pgqueue.db.queries import Queries, for_schema
+from pgqueue.errors import ConfigurationError, JobNotFound, TaskNotFound
+from pgqueue.job import API_STATUSES, Job
+from pgqueue.operations import (
+    DeadRetryResult,
+    cancel_job,
+    get_job,
+    insert_job,
+    list_jobs,
+    list_workers,
+    purge_dead,
+    queue_stats,
+    retry_dead,
+)
+from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals
+from pgqueue.settings import EMBEDDED, normalize_dsn, resolve_dsn, resolve_schema
+from pgqueue.task import Task
+
+if TYPE_CHECKING:
+    from pgqueue.worker.runner import WorkerSettings
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+class Queue:
+    """A pgqueue: where tasks are registered and jobs are enqueued, found and managed.
+
+    ``dsn`` follows the contract's resolution (argument → ``PGQUEUE_DSN`` →
+    ``DATABASE_URL``; ``"embedded"`` for the local embedded server), resolved on first use.
+    """
+
+    def __init__(self, dsn: str | None = None, schema: str | None = None) -> None:
+        self._explicit_dsn = normalize_dsn(dsn) if dsn else None
+        self._dsn: str | None = None
+        self.schema = resolve_schema(schema)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"<Queue schema={self.schema!r} tasks={len(self.tasks)}>"
+
+    # -- configuration ----------------------------------------------------------------
+
+    @property
+    def dsn(self) -> str:
+        """The resolved DSN (starting the embedded server if that is what was asked for)."""
+        with self._lock:
+            if self._dsn is None:
+                resolved = resolve_dsn(self._explicit_dsn)
+                if resolved == EMBEDDED:
+                    from pgqueue.embedded import embedded_dsn
+
+                    resolved = embedded_dsn()
+                self._dsn = resolved
+            return self._dsn
+
+    def configure(self, *, dsn: str | None = None, schema: str | None = None) -> Queue:
+        """Point this Queue elsewhere before first use (what ``pgq --dsn`` does)."""
+        self.close()
+        if dsn is not None:
+            self._explicit_dsn = normalize_dsn(dsn)
+            self._dsn = None
+        if schema is not None:
+            self.schema = resolve_schema(schema)
+        return self
+
+    @property
+    def queries(self) -> Queries:
+        """The SQL statements rendered for this queue's schema."""
+        return for_schema(self.schema)
+
+    # -- tasks ------------------------------------------------------------------------
+
+    @overload
+    def task(self, func: F, /) -> Task[Any, Any]: ...
+
+    @overload
+    def task(
+        self, func: None = None, /, *, name: str | None = None, **options: Any
+    ) -> Callable[[F], Task[Any, Any]]: ...
+
+    def task(
+        self, func: F | None = None, /, *, name: str | None = None, **options: Any
+    ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
+        """Register a function as a task; bare ``@q.task`` or ``@q.task(queue=..., ...)``.
+
+        Options: queue, priority, max_attempts, timeout, retry_intervals, result_ttl.
+        """
+        defaults = JobOptions().with_options(options, TASK_OPTIONS)
+        intervals = retry_intervals(options.get("retry_intervals"))
+
+        def register(target: F) -> Task[Any, Any]:
+            task_name = name or f"{target.__module__}.{target.__qualname__}"
+            if task_name in self.tasks and self.tasks[task_name].func is not target:
+                raise ConfigurationError(
+                    f"task name {task_name!r} is already registered; pass name= to tell "
+                    "them apart"
+                )
+            task: Task[Any, Any] = Task(
+                self, target, name=task_name, options=defaults, retry_intervals=intervals
+            )
+            self.tasks[task_name] = task
+            return task
+
+        return register(func) if func is not None else register
+
+    def get_task(self, name: str) -> Task[Any, Any]:
+        """The task registered under ``name``; raises TaskNotFound."""
+        try:
+            return self.tasks[name]
+        except KeyError:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            raise TaskNotFound(f"no task named {name!r} (registered: {known})") from None
+
+    # -- running plans on our own or the caller's connection ---------------------------
+
+    def _sync_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        with self._lock:
+            pool = self._pool
+        if pool is None:
+            dsn = self.dsn
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ConnectionPool(
+                        dsn, min_size=1, max_size=4, open=True, name="pgqueue",
+                        timeout=30.0,
+                    )
+                pool = self._pool
+        return pool
+
+    async def _async_pool(self) -> AsyncConnectionPool[Any]:
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.get(loop)
+        if pool is None:
+            for stale in [other for other in self._async_pools if other.is_closed()]:
+                del self._async_pools[stale]
+            pool = AsyncConnectionPool(
+                self.dsn, min_size=1, max_size=4, open=False, name="pgqueue-async"
+            )
+            await pool.open()
+            self._async_pools[loop] = pool
+        return pool
+
+    def run_plan(self, plan: Plan[T], conn: object | None = None) -> T:
+        """Run a plan on ``conn`` (inside its transaction) or on a pooled connection."""
+        if conn is not None:
+            return run_sync(sync_connection(conn), plan)
+        with self._sync_pool().connection() as own:
+            return run_sync(own, plan)
+
+    async def run_plan_async(self, plan: Plan[T], conn: object | None = None) -> T:
+        """Async :meth:`run_plan`."""
+        if conn is not None:
+            return await run_async(await async_connection(conn), plan)
+        pool = await self._async_pool()
+        async with pool.connection() as own:
+            return await run_async(own, plan)
+
+    def close(self) -> None:
+        """Close this Queue's connection pools (sync ones; async pools close with their loop)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    async def close_async(self) -> None:
+        """Close the async pool of the running loop, and the sync pool."""
+        pool = self._async_pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.close()
+        self.close()
+
+    # -- enqueue by name ----------------------------------------------------------------
+
+    def enqueue_by_name(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Job:
+        """Enqueue a task by name. Registered tasks validate arguments as usual; an unknown
+        name is enqueued as-is (another process's worker may know it)."""
+        task = self.tasks.get(name)
+        if task is not None:
+            return task.using(**options).enqueue(*(args or ()), **(kwargs or {}))
+        from pgqueue.arguments import Signature
+        from pgqueue.options import ENQUEUE_OPTIONS
+
+        call_options = JobOptions().with_options(options, ENQUEUE_OPTIONS)
+        encoded = Signature(lambda *a, **k: None, name).encode(tuple(args or ()), kwargs or {})
+        params = call_options.as_params() | {
+            "task": name, "args": encoded.args, "kwargs": encoded.kwargs,
+        }
+        row = self.run_plan(insert_job(self.queries, params), conn=options.get("conn"))
+        return Job.from_row(row, self)
+
+    # -- reading and managing jobs ----------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job | None:
+        """The job with this id (live or dead), or None."""
+        row = self.run_plan(get_job(self.queries, job_id))
+        return None if row is None else Job.from_row(row, self)
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        """Async :meth:`get_job`."""
+        row = await self.run_plan_async(get_job(self.queries, job_id))
+        return None if row is None else Job.from_row(row, self)
+
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs newest first, optionally filtered by API status, queue and task."""
+        if status is not None and status not in API_STATUSES:
+            raise ConfigurationError(
+                f"unknown status {status!r}; use one of {', '.join(API_STATUSES)}"
+            )
+        if limit < 1:
+            raise ConfigurationError(f"invalid limit {limit}: use a positive number")
+        rows = self.run_plan(
+            list_jobs(self.queries, status=status, queue=queue, task=task, limit=limit)
+        )
+        return [Job.from_row(row, self) for row in rows]
+
+    def cancel_job(self, job_id: int) -> Job:
+        """Cancel a job: queued → cancelled, running → cancellation requested."""
+        return Job.from_row(self.run_plan(cancel_job(self.queries, job_id)), self)
+
+    def dead_jobs(self, *, queue: str | None = None, limit: int = 100) -> list[Job]:
+        """Dead jobs, most recently failed first."""
+        return self.list_jobs(status="dead", queue=queue, limit=limit)
+
+    def retry_dead(
+        self, ids: Sequence[int] | None = None, *, queue: str | None = None
+    ) -> DeadRetryResult:
+        """Move dead jobs back to the queue (``ids=None`` means all, optionally one queue)."""
+        return self.run_plan(retry_dead(self.queries, ids=ids, queue=queue))
+
+    def retry_dead_job(self, job_id: int) -> Job:
+        """Retry one dead job; raises JobNotFound or DuplicateJob with the reason."""
+        from pgqueue.errors import DuplicateJob
+
+        outcome = self.retry_dead([job_id])
+        if job_id in outcome.refused:
+            reason = outcome.refused[job_id]
+            if reason.startswith("no dead job"):
+                raise JobNotFound(f"no dead job with id {job_id}")
+            raise DuplicateJob(f"cannot retry dead job {job_id}: {reason}")
+        job = self.get_job(job_id)
+        assert job is not None
+        return job
+
+    def purge_dead(self, older_than: float, *, queue: str | None = None) -> int:
+        """Delete dead jobs that failed more than ``older_than`` seconds ago."""
+        return self.run_plan(purge_dead(self.queries, older_than=older_than, queue=queue))
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Per queue: queued, scheduled, retrying, running, succeeded, cancelled, dead, and
+        the age in seconds of the oldest ready job."""
+        return self.run_plan(queue_stats(self.queries))
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Live worker processes."""
+        return self.run_plan(list_workers(self.queries))
+
+    # -- schema ---------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Create or upgrade the pgqueue schema (idempotent)."""
+        migrations.upgrade(self.dsn, self.schema)
+
+    def migrate_sql(self) -> str:
+        """The SQL ``migrate()`` would run on an empty database."""
+        return migrations.upgrade_sql(self.schema)
+
+    def check_schema(self) -> None:
+        """Raise SchemaOutOfDate unless the schema is at this code's revision."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            migrations.check_schema(conn, self.schema)
+
+    # -- worker ---------------------------------------------------------------------------
+
+    def run_worker(self, **settings: Any) -> int:
+        """Run a worker in this process until it is stopped; returns its exit status.
+
+        Settings: concurrency, queues, poll_interval, lease, shutdown_timeout, burst,
+        connect_timeout, install_signal_handlers (see ``pgq worker --help``).
+        """
+        from pgqueue.worker.runner import WorkerSettings, run
+
+        return run(self, WorkerSettings(**settings))
+
+    def worker_settings(self, **settings: Any) -> WorkerSettings:
+        """Validated worker settings (used by the CLI to fail early on bad values)."""
+        from pgqueue.worker.runner import WorkerSettings
+
+        return WorkerSettings(**settings)
+
+
+__all__ = ["JobNotFound", "Queue"]

@@ -1,0 +1,222 @@
+"""The executor: runs one claimed job and says what became of it. It writes no SQL.
+
+The run is a short pipeline of named steps — resolve the task, rebuild the arguments,
+call the function under its timeout, turn what happened into an :class:`Outcome` — so
+each rule (what a Retry means, when a failure is final) lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pgqueue.context import JobContext, TransactionSource
+from pgqueue.db.queries import Queries
+from pgqueue.errors import Discard, LeaseLost, Retry, Snooze
+from pgqueue.job import Job
+from pgqueue.serialization import encode_result
+from pgqueue.task import Task
+from pgqueue.worker.backoff import retry_delay
+from pgqueue.worker.outcome import ClaimedJob, Outcome
+from pgqueue.worker.threads import DaemonThreadPool
+
+logger = logging.getLogger("pgqueue.worker")
+
+CancelReason = Literal["cancelled", "shutdown", "lease_lost"]
+
+
+@dataclass
+class Execution:
+    """One attempt of one job in this process, from claim until its outcome is known."""
+
+    job: ClaimedJob
+    ctx: JobContext
+    started: float = field(default_factory=time.monotonic)
+    asyncio_task: asyncio.Task[Outcome | None] | None = None
+    cancel_reason: CancelReason | None = None
+    is_sync: bool = False
+
+    def stop(self, reason: CancelReason) -> None:
+        """Ask this attempt to stop for ``reason``.
+
+        Async tasks are cancelled. Sync tasks cannot be interrupted: for a user's
+        cancellation they only see ``ctx.cancel_requested``; for shutdown or a lost lease
+        the worker stops waiting for the thread (its late result will be ignored).
+        """
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.ctx.request_cancel()
+        if self.asyncio_task is None or self.asyncio_task.done():
+            return
+        if self.is_sync and reason == "cancelled":
+            return
+        self.asyncio_task.cancel()
+
+
+class Executor:
+    """Runs executions; see :meth:`run` for the pipeline."""
+
+    def __init__(
+        self,
+        *,
+        tasks: dict[str, Task[Any, Any]],
+        worker_id: str,
+        queries: Queries,
+        threads: DaemonThreadPool,
+        report_progress: Callable[[ClaimedJob, str], None],
+        connections: TransactionSource,
+    ) -> None:
+        self.tasks = tasks
+        self.worker_id = worker_id
+        self.queries = queries
+        self.threads = threads
+        self.report_progress = report_progress
+        self.connections = connections
+
+    def prepare(self, job: ClaimedJob) -> Execution:
+        """An Execution with its JobContext, ready to run."""
+        snapshot = Job(
+            id=job.id, queue=job.queue, task=job.task, args=job.args, kwargs=job.kwargs,
+            status="running", priority=job.priority, run_at=job.run_at, attempts=job.attempt,
+            max_attempts=job.max_attempts, worker_id=self.worker_id, meta=dict(job.meta),
+            timeout=job.timeout, created_at=job.created_at,
+        )
+        ctx = JobContext(
+            snapshot, worker_id=self.worker_id, queries=self.queries,
+            report_progress=lambda value: self.report_progress(job, value),
+            connections=self.connections,
+        )
+        task = self.tasks.get(job.task)
+        return Execution(job, ctx, is_sync=task is not None and not task.is_async)
+
+    async def run(self, execution: Execution) -> Outcome | None:
+        """Run one attempt; None means "nothing to record" (the lease was lost)."""
+        job = execution.job
+        task = self.tasks.get(job.task)
+        if task is None:
+            known = ", ".join(sorted(self.tasks)) or "none"
+            return self._dead(job, f"unknown task {job.task!r}: no task of that name is "
+                                   f"registered in this worker (registered: {known})")
+        try:
+            args, kwargs = task.signature.decode(job.args, job.kwargs)
+        except Exception as exc:
+            return self._dead(job, f"cannot rebuild the arguments of task {job.task!r}: {exc}")
+        context_name = task.signature.context_parameter
+        if context_name is not None:
+            kwargs[context_name] = execution.ctx
+        try:
+            result = await self._call(task, execution, args, kwargs)
+        except asyncio.CancelledError:
+            if execution.cancel_reason is None:
+                raise  # not ours to absorb: the loop itself is going down
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+            return self._stopped(execution)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            return self._failed(task, execution, exc)
+        if execution.cancel_reason is not None:
+            return self._stopped(execution)
+        return self._succeeded(execution, result)
+
+    async def _call(
+        self, task: Task[Any, Any], execution: Execution, args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        timeout = execution.job.timeout
+        if task.is_async:
+            async with asyncio.timeout(timeout):
+                return await task.func(*args, **kwargs)
+        future = self.threads.submit(lambda: task.func(*args, **kwargs))
+        try:
+            async with asyncio.timeout(timeout):
+                # shield: a timeout or shutdown stops our wait, not the thread's future,
+                # so the thread's late result lands in a future nobody reads.
+                return await asyncio.shield(future)
+        except TimeoutError:
+            execution.ctx.request_cancel()
+            raise
+
+    # -- turning what happened into an outcome -------------------------------------------
+
+    def _stopped(self, execution: Execution) -> Outcome | None:
+        job = execution.job
+        reason = execution.cancel_reason
+        if reason == "lease_lost" or execution.ctx.lease_lost:
+            logger.warning("Job %s (%s) lost its lease during attempt %s; its outcome is dropped.",
+                           job.id, job.task, job.attempt, extra=_extra(job))
+            return None
+        if reason == "shutdown":
+            return Outcome(job.id, job.attempt, "release", task=job.task)
+        return Outcome(job.id, job.attempt, "cancelled", error="cancelled while running",
+                       task=job.task)
+
+    def _succeeded(self, execution: Execution, result: Any) -> Outcome | None:
+        job = execution.job
+        try:
+            encoded = encode_result(result)
+        except TypeError as exc:
+            if execution.ctx.completed_in_transaction:
+                logger.error("Job %s (%s): %s; the job stays succeeded without a result.",
+                             job.id, job.task, exc, extra=_extra(job))
+                return Outcome(job.id, job.attempt, "result", None, task=job.task)
+            return self._final_or_retry(execution, str(exc), None)
+        kind = "result" if execution.ctx.completed_in_transaction else "succeeded"
+        logger.debug("Job %s (%s) succeeded in %.1f ms.", job.id, job.task,
+                     (time.monotonic() - execution.started) * 1000, extra=_extra(job))
+        return Outcome(job.id, job.attempt, kind, encoded, task=job.task)
+
+    def _failed(self, task: Task[Any, Any], execution: Execution, exc: BaseException) -> Outcome | None:
+        job = execution.job
+        if isinstance(exc, LeaseLost) or execution.ctx.lease_lost:
+            return self._stopped_lease(execution)
+        if execution.ctx.completed_in_transaction:
+            logger.warning("Job %s (%s) raised after ctx.transaction() committed; it stays "
+                           "succeeded.", job.id, job.task, exc_info=exc, extra=_extra(job))
+            return Outcome(job.id, job.attempt, "result", None, task=job.task)
+        if isinstance(exc, Snooze):
+            return Outcome(job.id, job.attempt, "snooze", delay=exc.seconds, task=job.task)
+        if isinstance(exc, Discard):
+            return self._dead(job, f"discarded: {exc.reason}")
+        if isinstance(exc, Retry):
+            reason = f"retry requested: {exc.reason}" if exc.reason else "retry requested"
+            return self._final_or_retry(execution, reason, exc.delay)
+        if isinstance(exc, TimeoutError) and execution.ctx.cancel_requested:
+            text = f"TimeoutError: task {job.task!r} timed out after {job.timeout:g}s"
+            return self._final_or_retry(execution, text, retry_delay(job.attempt, task.retry_intervals))
+        text = "".join(traceback.format_exception(exc)).rstrip()
+        return self._final_or_retry(execution, text, retry_delay(job.attempt, task.retry_intervals))
+
+    def _stopped_lease(self, execution: Execution) -> None:
+        job = execution.job
+        logger.warning("Job %s (%s) lost its lease during attempt %s; its outcome is dropped.",
+                       job.id, job.task, job.attempt, extra=_extra(job))
+        return None
+
+    def _final_or_retry(self, execution: Execution, error: str, delay: float | None) -> Outcome:
+        job = execution.job
+        if job.attempt >= job.max_attempts:
+            return self._dead(job, error)
+        if delay is None:
+            task = self.tasks.get(job.task)
+            delay = retry_delay(job.attempt, task.retry_intervals if task else None)
+        logger.warning("Job %s (%s) failed attempt %s of %s; retrying in %.1f s: %s",
+                       job.id, job.task, job.attempt, job.max_attempts, delay,
+                       error.strip().splitlines()[-1] if error.strip() else error,
+                       extra=_extra(job))
+        return Outcome(job.id, job.attempt, "retry", error=error, delay=delay, task=job.task)
+
+    def _dead(self, job: ClaimedJob, error: str) -> Outcome:
+        logger.error("Job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
+                     error.strip().splitlines()[-1] if error.strip() else error, extra=_extra(job))
+        return Outcome(job.id, job.attempt, "dead", error=error, task=job.task)
+
+
+def _extra(job: ClaimedJob) -> dict[str, Any]:
+    return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}

@@ -1,0 +1,74 @@
+"""Values passed between the worker's services: a claimed job, and what became of it.
+
+The executor turns a :class:`ClaimedJob` into an :class:`Outcome`; only the completer
+writes outcomes to the database. Both are plain frozen values, easy to test alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+OutcomeKind = Literal[
+    "succeeded",  # finished: result stored, kept until result_ttl
+    "result",  # the job was already marked succeeded by ctx.transaction(); store the value
+    "retry",  # failed or Retry(): back to queued after `delay`, the attempt is used up
+    "snooze",  # Snooze(): back to queued after `delay`, the attempt is given back
+    "release",  # shutdown: back to queued now, the attempt is given back
+    "cancelled",  # cancelled while running
+    "progress",  # ctx.set_progress(): meta only, the job keeps running
+    "dead",  # attempts exhausted, Discard(), unknown task: moved to dead_jobs
+]
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job this worker claimed: the row fields the executor needs."""
+
+    id: int
+    queue: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    meta: dict[str, Any]
+    run_at: datetime
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
+        """From a claim_jobs_* row (column order of its RETURNING list)."""
+        (job_id, queue, task, args, kwargs, priority, attempt, max_attempts, timeout,
+         meta, run_at, created_at) = row
+        return cls(job_id, queue, task, args, kwargs, priority, attempt, max_attempts,
+                   timeout, meta, run_at, created_at)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the completer must record for one claim (job id + attempt)."""
+
+    job_id: int
+    attempt: int
+    kind: OutcomeKind
+    result: str | None = None  # JSON text
+    error: str | None = None
+    delay: float = 0.0
+    progress: str | None = None  # JSON text for meta.progress
+    task: str = field(default="", compare=False)
+
+    @property
+    def final(self) -> bool:
+        """True if this outcome ends the claim (everything but progress)."""
+        return self.kind != "progress"
+
+    def merged_with_progress(self, progress: str | None) -> Outcome:
+        """This outcome carrying a progress value reported earlier in the same batch."""
+        if progress is None or self.progress is not None:
+            return self
+        return Outcome(self.job_id, self.attempt, self.kind, self.result, self.error,
+                       self.delay, progress, self.task)

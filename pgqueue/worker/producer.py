@@ -1,0 +1,171 @@
+"""The producer: claims ready jobs for the free slots, never more.
+
+A claim takes at most as many jobs as there are free slots (jobs hoarded under a lease
+would sit idle while other workers starve). After a full claim it claims again at once;
+after a short one it sleeps until a NOTIFY, a freed slot, the next scheduled ``run_at``,
+or the poll interval — whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+
+from pgqueue.db.queries import Queries
+from pgqueue.worker.backoff import Backoff, is_retryable
+from pgqueue.worker.outcome import ClaimedJob
+
+logger = logging.getLogger("pgqueue.worker")
+
+MAX_CLAIM = 100
+
+
+class Producer:
+    """Claims jobs for free slots and hands them to ``start``."""
+
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], Any],
+        queries: Queries,
+        worker_id: str,
+        queues: list[str],
+        lease: float,
+        poll_interval: float,
+        free_slots: Callable[[], int],
+        start: Callable[[ClaimedJob], None],
+        healthy: Callable[[], bool],
+    ) -> None:
+        self._connect = connect
+        self._queries = queries
+        self._queues = queues
+        self._claim_query = queries["claim_jobs_in_queues" if queues else "claim_jobs_any_queue"]
+        self._claim_params: dict[str, Any] = {
+            "worker_id": worker_id, "lease": lease, "queues": queues,
+        }
+        self.poll_interval = poll_interval
+        self._free_slots = free_slots
+        self._start = start
+        self._healthy = healthy
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._backoff = Backoff()
+        self.claimed = 0
+
+    def wake(self) -> None:
+        """Something may be ready (NOTIFY, reconnect): claim soon."""
+        self._wake.set()
+
+    def slot_freed(self) -> None:
+        """An execution ended."""
+        self._slot_freed.set()
+
+    async def claim(self, limit: int) -> list[ClaimedJob]:
+        """Claim up to ``limit`` ready jobs in one statement."""
+        if self._conn is None or self._conn.closed:
+            self._conn = await self._connect()
+        cursor = await self._conn.execute(
+            self._claim_query, self._claim_params | {"limit": limit}, prepare=True
+        )
+        jobs = [ClaimedJob.from_row(row) for row in await cursor.fetchall()]
+        self.claimed += len(jobs)
+        return jobs
+
+    async def _seconds_until_next_job(self) -> float:
+        """How long until the next scheduled job is due (capped by the poll interval)."""
+        assert self._conn is not None
+        cursor = await self._conn.execute(self._queries["next_run_at"], {"queues": self._queues},
+                                          prepare=True)
+        row = await cursor.fetchone()
+        if row is None or row[0] is None:
+            return self.poll_interval
+        due_in = (row[0] - datetime.now(UTC)).total_seconds()
+        return max(0.0, min(self.poll_interval, due_in + 0.001))
+
+    async def _wait_for_slot(self) -> None:
+        self._slot_freed.clear()
+        if self._free_slots() == 0:
+            await self._slot_freed.wait()
+        # Let executions finishing in this same loop iteration free their slots too, so
+        # the next claim fetches several jobs in one round trip.
+        await asyncio.sleep(0)
+
+    async def _sleep_until_woken(self, timeout: float) -> None:
+        if timeout <= 0:
+            return
+        waiter = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+
+    async def run(self, *, burst: bool = False, is_idle: Callable[[], bool] = lambda: True) -> None:
+        """Claim until cancelled; with ``burst``, return once nothing is ready or running."""
+        while True:
+            if self._free_slots() == 0:
+                await self._wait_for_slot()
+                continue
+            if not self._healthy():
+                await asyncio.sleep(0.2)
+                continue
+            free = self._free_slots()
+            self._wake.clear()
+            try:
+                jobs = await self.claim(min(free, MAX_CLAIM))
+                self._backoff.reset()
+            except Exception as exc:
+                if not is_retryable(exc):
+                    raise
+                await self._reconnect_later(exc)
+                continue
+            for job in jobs:
+                self._start(job)
+            if len(jobs) == min(free, MAX_CLAIM):
+                continue
+            if burst:
+                if not jobs and is_idle():
+                    return
+                if not jobs:
+                    await self._wait_burst()
+                continue
+            try:
+                timeout = await self._seconds_until_next_job()
+            except Exception as exc:
+                if not is_retryable(exc):
+                    raise
+                await self._reconnect_later(exc)
+                continue
+            started = time.monotonic()
+            await self._sleep_until_woken(timeout)
+            logger.debug("Producer woke after %.3f s.", time.monotonic() - started)
+
+    async def _wait_burst(self) -> None:
+        """In burst mode, with jobs still running: wait for one to end, then look again."""
+        self._slot_freed.clear()
+        try:
+            await asyncio.wait_for(self._slot_freed.wait(), 0.05)
+        except TimeoutError:
+            pass
+
+    async def _reconnect_later(self, exc: BaseException) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+        delay = self._backoff.next_delay()
+        logger.warning("Claiming jobs failed (%s); reconnecting in %.2f s.",
+                       str(exc).strip().splitlines()[0] if str(exc).strip()
+                       else type(exc).__name__, delay)
+        await asyncio.sleep(delay)
+
+    async def close(self) -> None:
+        """Close the claim connection."""
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
