@@ -49,7 +49,8 @@ class JobContext:
         self.attempt = job.attempts
         self.worker_id = worker_id
         self.logger = logging.LoggerAdapter(
-            logger, {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
+            logger,
+            {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts},
         )
         self._queries = queries
         self._report_progress = report_progress

@@ -40,7 +40,8 @@ def start_server(data_directory: Path, *, delete_on_exit: bool = False) -> Any:
     data_directory.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = module.get_server(data_directory, cleanup_mode="delete" if delete_on_exit else "stop")
+        cleanup = "delete" if delete_on_exit else "stop"
+        server = module.get_server(data_directory, cleanup_mode=cleanup)
     return server
 
 

@@ -76,7 +76,9 @@ def upgrade_sql(schema: str, revision: str = "head") -> str:
 def revision_plan(schema: str) -> Plan[str | None]:
     """The revision recorded in ``<schema>.alembic_version``, or None before any migration."""
     table = sql.Identifier(schema, "alembic_version").as_string()
-    found = yield Statement(b"SELECT to_regclass(%(table)s) IS NOT NULL AS present", {"table": table})
+    found = yield Statement(
+        b"SELECT to_regclass(%(table)s) IS NOT NULL AS present", {"table": table}
+    )
     if not found or not found["present"]:
         return None
     query = sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))

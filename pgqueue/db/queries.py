@@ -430,7 +430,7 @@ class Queries:
         self.schema = schema
         identifier = sql.Identifier(schema)
         self._rendered: dict[str, bytes] = {
-            name: sql.SQL(template).format(schema=identifier).as_string().encode()  # type: ignore[arg-type]
+            name: sql.SQL(template).format(schema=identifier).as_string().encode()
             for name, template in TEMPLATES.items()
         }
 

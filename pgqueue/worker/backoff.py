@@ -24,8 +24,8 @@ def retry_delay(attempt: int, intervals: tuple[float, ...] | None = None) -> flo
     share of the other half.
     """
     if intervals:
-        return intervals[min(attempt, len(intervals)) - 1]
-    ceiling = min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2 ** max(0, attempt - 1))
+        return float(intervals[min(attempt, len(intervals)) - 1])
+    ceiling = min(RETRY_CAP_SECONDS, RETRY_BASE_SECONDS * 2.0 ** max(0, attempt - 1))
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
@@ -39,7 +39,7 @@ class Backoff:
 
     def next_delay(self) -> float:
         """The delay before the next try; each call counts one more failure."""
-        ceiling = min(self.cap, self.base * 2**self.failures)
+        ceiling = min(self.cap, self.base * 2.0**self.failures)
         self.failures += 1
         return random.uniform(ceiling / 2, ceiling)
 

@@ -22,7 +22,7 @@ from pgqueue.job import Job
 from pgqueue.serialization import encode_result
 from pgqueue.task import Task
 from pgqueue.worker.backoff import retry_delay
-from pgqueue.worker.outcome import ClaimedJob, Outcome
+from pgqueue.worker.outcome import ClaimedJob, Outcome, OutcomeKind
 from pgqueue.worker.threads import DaemonThreadPool
 
 logger = logging.getLogger("pgqueue.worker")
@@ -167,15 +167,18 @@ class Executor:
                              job.id, job.task, exc, extra=_extra(job))
                 return Outcome(job.id, job.attempt, "result", None, task=job.task)
             return self._final_or_retry(execution, str(exc), None)
-        kind = "result" if execution.ctx.completed_in_transaction else "succeeded"
+        kind: OutcomeKind = "result" if execution.ctx.completed_in_transaction else "succeeded"
         logger.debug("Job %s (%s) succeeded in %.1f ms.", job.id, job.task,
                      (time.monotonic() - execution.started) * 1000, extra=_extra(job))
         return Outcome(job.id, job.attempt, kind, encoded, task=job.task)
 
-    def _failed(self, task: Task[Any, Any], execution: Execution, exc: BaseException) -> Outcome | None:
+    def _failed(
+        self, task: Task[Any, Any], execution: Execution, exc: BaseException
+    ) -> Outcome | None:
         job = execution.job
         if isinstance(exc, LeaseLost) or execution.ctx.lease_lost:
-            return self._stopped_lease(execution)
+            execution.cancel_reason = "lease_lost"
+            return self._stopped(execution)
         if execution.ctx.completed_in_transaction:
             logger.warning("Job %s (%s) raised after ctx.transaction() committed; it stays "
                            "succeeded.", job.id, job.task, exc_info=exc, extra=_extra(job))
@@ -187,17 +190,12 @@ class Executor:
         if isinstance(exc, Retry):
             reason = f"retry requested: {exc.reason}" if exc.reason else "retry requested"
             return self._final_or_retry(execution, reason, exc.delay)
+        delay = retry_delay(job.attempt, task.retry_intervals)
         if isinstance(exc, TimeoutError) and execution.ctx.cancel_requested:
             text = f"TimeoutError: task {job.task!r} timed out after {job.timeout:g}s"
-            return self._final_or_retry(execution, text, retry_delay(job.attempt, task.retry_intervals))
+            return self._final_or_retry(execution, text, delay)
         text = "".join(traceback.format_exception(exc)).rstrip()
-        return self._final_or_retry(execution, text, retry_delay(job.attempt, task.retry_intervals))
-
-    def _stopped_lease(self, execution: Execution) -> None:
-        job = execution.job
-        logger.warning("Job %s (%s) lost its lease during attempt %s; its outcome is dropped.",
-                       job.id, job.task, job.attempt, extra=_extra(job))
-        return None
+        return self._final_or_retry(execution, text, delay)
 
     def _final_or_retry(self, execution: Execution, error: str, delay: float | None) -> Outcome:
         job = execution.job

@@ -77,8 +77,9 @@ class Maintenance:
                 await conn.execute(self._queries["notify_ready"], {
                     "channel": notify_channel(self._queries.schema), "queues": queues,
                 })
-            handled += requeued + dead + cancelled
-            if requeued + dead + cancelled < RESCUE_BATCH:
+            batch = int(requeued) + int(dead) + int(cancelled)
+            handled += batch
+            if batch < RESCUE_BATCH:
                 return handled
 
     async def prune(self) -> int:

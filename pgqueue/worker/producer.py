@@ -9,6 +9,7 @@ or the poll interval — whichever comes first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -86,7 +87,8 @@ class Producer:
         row = await cursor.fetchone()
         if row is None or row[0] is None:
             return self.poll_interval
-        due_in = (row[0] - datetime.now(UTC)).total_seconds()
+        next_run_at: datetime = row[0]
+        due_in = (next_run_at - datetime.now(UTC)).total_seconds()
         return max(0.0, min(self.poll_interval, due_in + 0.001))
 
     async def _wait_for_slot(self) -> None:
@@ -100,59 +102,70 @@ class Producer:
     async def _sleep_until_woken(self, timeout: float) -> None:
         if timeout <= 0:
             return
-        waiter = asyncio.ensure_future(self._wake.wait())
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
 
     async def run(self, *, burst: bool = False, is_idle: Callable[[], bool] = lambda: True) -> None:
         """Claim until cancelled; with ``burst``, return once nothing is ready or running."""
         while True:
-            if self._free_slots() == 0:
-                await self._wait_for_slot()
+            if not await self._can_claim():
                 continue
-            if not self._healthy():
-                await asyncio.sleep(0.2)
-                continue
-            free = self._free_slots()
+            limit = min(self._free_slots(), MAX_CLAIM)
             self._wake.clear()
-            try:
-                jobs = await self.claim(min(free, MAX_CLAIM))
-                self._backoff.reset()
-            except Exception as exc:
-                if not is_retryable(exc):
-                    raise
-                await self._reconnect_later(exc)
+            jobs = await self._claim_or_back_off(limit)
+            if jobs is None:
                 continue
             for job in jobs:
                 self._start(job)
-            if len(jobs) == min(free, MAX_CLAIM):
-                continue
+            if len(jobs) == limit:
+                continue  # a full claim: more may be ready right now
             if burst:
                 if not jobs and is_idle():
                     return
                 if not jobs:
                     await self._wait_burst()
                 continue
-            try:
-                timeout = await self._seconds_until_next_job()
-            except Exception as exc:
-                if not is_retryable(exc):
-                    raise
-                await self._reconnect_later(exc)
-                continue
-            started = time.monotonic()
-            await self._sleep_until_woken(timeout)
-            logger.debug("Producer woke after %.3f s.", time.monotonic() - started)
+            await self._idle()
+
+    async def _can_claim(self) -> bool:
+        """False (after waiting a little) while no slot is free or heartbeats fail."""
+        if self._free_slots() == 0:
+            await self._wait_for_slot()
+            return False
+        if not self._healthy():
+            await asyncio.sleep(0.2)
+            return False
+        return True
+
+    async def _claim_or_back_off(self, limit: int) -> list[ClaimedJob] | None:
+        try:
+            jobs = await self.claim(limit)
+        except Exception as exc:
+            if not is_retryable(exc):
+                raise
+            await self._reconnect_later(exc)
+            return None
+        self._backoff.reset()
+        return jobs
+
+    async def _idle(self) -> None:
+        """Sleep until a NOTIFY, the next scheduled job, or the poll interval."""
+        try:
+            timeout = await self._seconds_until_next_job()
+        except Exception as exc:
+            if not is_retryable(exc):
+                raise
+            await self._reconnect_later(exc)
+            return
+        started = time.monotonic()
+        await self._sleep_until_woken(timeout)
+        logger.debug("Producer woke after %.3f s.", time.monotonic() - started)
 
     async def _wait_burst(self) -> None:
         """In burst mode, with jobs still running: wait for one to end, then look again."""
         self._slot_freed.clear()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._slot_freed.wait(), 0.05)
-        except TimeoutError:
-            pass
 
     async def _reconnect_later(self, exc: BaseException) -> None:
         if self._conn is not None:
