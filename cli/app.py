@@ -1,0 +1,85 @@
+"""The ``pgq`` application: the root group, its shared options, and the command groups.
+
+Each command group lives in its own module and registers itself on :data:`app` here.
+Failures a user can cause are turned into one ``error: …`` line in exactly one place,
+:meth:`PgqGroup.invoke`, which wraps every subcommand's invocation.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from pgqueue.cli import migrate, worker
+from pgqueue.cli.context import CliContext
+from pgqueue.cli.errors import one_line_error
+from pgqueue.cli.logs import configure_logging
+from pgqueue.cli.options import DsnOption, EmbeddedOption, SchemaOption
+from typer.core import TyperGroup
+
+import pgqueue
+
+
+class PgqGroup(TyperGroup):
+    """The root group; turns expected exceptions into a one-line error, exit status 1.
+
+    Click's own exceptions (usage errors, ``Exit``, ``Abort``) pass through untouched, as
+    does any unexpected exception: a bug deserves its traceback.
+    """
+
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            # Click's own exceptions (usage errors, Exit, Abort) are not ours: they get
+            # None here and keep click's handling.
+            message = one_line_error(exc)
+            if message is None:
+                raise
+            print(f"error: {message}", file=sys.stderr, flush=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=PgqGroup,
+    name="pgq",
+    help="pgqueue: a durable background-job queue on PostgreSQL.",
+    no_args_is_help=True,
+    # Plain click output: usage errors keep click's format, and ``error: …`` stays one line.
+    rich_markup_mode=None,
+    # Never print local variables (they hold DSNs and passwords) in a traceback.
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"pgq (pgqueue) {pgqueue.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    dsn: DsnOption = None,
+    embedded: EmbeddedOption = False,
+    schema: SchemaOption = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Connection options given here apply to the command that follows."""
+    configure_logging("warning")
+    ctx.obj = CliContext().merged(dsn=dsn, embedded=embedded, schema=schema)
+
+
+migrate.register(app)
+worker.register(app)
+
+
+def main() -> None:
+    """Console-script entry point (``pgq``)."""
+    app(prog_name="pgq")

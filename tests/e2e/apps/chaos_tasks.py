@@ -1,0 +1,115 @@
+"""Tasks for the chaos tests, run by real ``pgq worker -A chaos_tasks:q`` subprocesses.
+
+Every task first records that it started, in the table ``chaos_runs`` of the test's
+database, through its own autocommit connection (``CHAOS_RECORD_DSN``). The row is
+committed before the task does anything else, so it survives the worker being killed a
+moment later: counting the rows per job counts executions, which is how the tests see
+duplicates and losses. The tables are created by the test (see ``tests/e2e/_chaos.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+import time
+from typing import Any
+
+import psycopg
+
+from pgqueue import JobContext, Queue
+
+# No DSN here: ``pgq worker --dsn`` points the queue at the test's database.
+q = Queue()
+
+_RECORD = """
+    INSERT INTO chaos_runs (job_id, worker_pid, attempt, task)
+    VALUES (%(job_id)s, %(pid)s, %(attempt)s, %(task)s)
+"""
+
+_async_conn: psycopg.AsyncConnection[Any] | None = None
+_async_lock: asyncio.Lock | None = None
+_sync_conn: psycopg.Connection[Any] | None = None
+_sync_lock = threading.Lock()
+
+
+def _record_dsn() -> str:
+    return os.environ["CHAOS_RECORD_DSN"]
+
+
+def _params(ctx: JobContext) -> dict[str, Any]:
+    return {"job_id": ctx.job.id, "pid": os.getpid(), "attempt": ctx.attempt,
+            "task": ctx.job.task}
+
+
+async def record_run(ctx: JobContext) -> None:
+    """Commit a ``chaos_runs`` row for this execution (async tasks)."""
+    global _async_conn, _async_lock
+    if _async_lock is None:
+        _async_lock = asyncio.Lock()
+    async with _async_lock:
+        if _async_conn is None or _async_conn.closed or _async_conn.broken:
+            _async_conn = await psycopg.AsyncConnection.connect(
+                _record_dsn(), autocommit=True, connect_timeout=10
+            )
+        try:
+            await _async_conn.execute(_RECORD, _params(ctx))
+        except psycopg.OperationalError:
+            await _async_conn.close()  # reconnect on next use; this attempt fails
+            raise
+
+
+def record_run_sync(ctx: JobContext) -> None:
+    """Commit a ``chaos_runs`` row for this execution (sync tasks, any thread)."""
+    global _sync_conn
+    with _sync_lock:
+        if _sync_conn is None or _sync_conn.closed or _sync_conn.broken:
+            _sync_conn = psycopg.connect(_record_dsn(), autocommit=True, connect_timeout=10)
+        try:
+            _sync_conn.execute(_RECORD, _params(ctx))
+        except psycopg.OperationalError:
+            _sync_conn.close()
+            raise
+
+
+@q.task(name="chaos.job")
+async def chaos_job(n: int, ctx: JobContext) -> int:
+    """A short job whose one database effect commits with its completion.
+
+    The run row is at-least-once; the ``chaos_effects`` row is written inside
+    ``ctx.transaction()`` and so exists exactly once per job however often it ran.
+    """
+    await record_run(ctx)
+    await asyncio.sleep(random.uniform(0.005, 0.03))
+    async with ctx.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO chaos_effects (job_id, worker_pid, attempt) VALUES (%s, %s, %s)",
+            (ctx.job.id, os.getpid(), ctx.attempt),
+        )
+    return n
+
+
+@q.task(name="chaos.hold")
+async def hold(seconds: float, ctx: JobContext) -> dict[str, int]:
+    """Run for ``seconds``, then return who ran it."""
+    await record_run(ctx)
+    await asyncio.sleep(seconds)
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@q.task(name="chaos.hold_first_attempt")
+async def hold_first_attempt(seconds: float, ctx: JobContext) -> dict[str, int]:
+    """Run for ``seconds`` on attempt 1 only; later attempts return at once."""
+    await record_run(ctx)
+    if ctx.attempt == 1:
+        await asyncio.sleep(seconds)
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@q.task(name="chaos.hold_sync")
+def hold_sync(seconds: float, ctx: JobContext) -> dict[str, int]:
+    """A synchronous task (runs in a worker thread) that blocks for ``seconds``."""
+    record_run_sync(ctx)
+    time.sleep(seconds)
+    return {"pid": os.getpid(), "attempt": ctx.attempt}

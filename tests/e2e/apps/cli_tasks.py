@@ -1,0 +1,29 @@
+"""Tasks for the CLI end-to-end tests (``pgq worker -A tests.e2e.apps.cli_tasks:queue``).
+
+The Queue has no DSN of its own: every test passes ``--dsn`` to the command, which is the
+path a real deployment takes when ``PGQUEUE_DSN`` is not set.
+"""
+
+from __future__ import annotations
+
+from pgqueue import Discard, Queue
+
+queue = Queue()
+
+
+@queue.task(name="add")
+def add(a: int, b: int) -> int:
+    """A sync task with annotated arguments (so ``pgq enqueue -A`` validates them)."""
+    return a + b
+
+
+@queue.task(name="async_echo")
+async def async_echo(value: object) -> object:
+    """An async task returning its argument unchanged."""
+    return value
+
+
+@queue.task(name="doomed", max_attempts=1)
+def doomed(reason: str = "doomed on purpose") -> None:
+    """Always fails at once, to make dead jobs for ``pgq dead …``."""
+    raise Discard(reason)
