@@ -33,10 +33,11 @@ def insert_job(queries: Queries, params: dict[str, Any]) -> Plan[Row]:
     )
 
 
-def insert_jobs(queries: Queries, params: dict[str, Any]) -> Plan[list[Row]]:
-    """Insert many jobs in one statement; rows come back in input order."""
-    rows = yield Statement(queries["insert_jobs"], params, fetch="all")
-    return sorted(rows, key=lambda row: row["id"])
+def insert_jobs(queries: Queries, params: dict[str, Any]) -> Plan[Row]:
+    """Insert many jobs in one statement; one row back: ``ids`` (input order), ``run_at``,
+    ``created_at`` and ``ready`` (shared by every job of the batch)."""
+    row = yield Statement(queries["insert_jobs"], params)
+    return row  # type: ignore[no-any-return]
 
 
 def get_job(queries: Queries, job_id: int) -> Plan[Row | None]:

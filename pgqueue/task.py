@@ -9,10 +9,10 @@ caller's own transaction.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-from pgqueue.arguments import EncodedArguments, Signature
+from pgqueue.arguments import EncodedBatch, Signature
 from pgqueue.errors import ConfigurationError
 from pgqueue.job import Job
 from pgqueue.operations import insert_job, insert_jobs
@@ -68,13 +68,13 @@ class Task(Generic[P, R]):
         """Async :meth:`enqueue`."""
         return await TaskCall(self, self.options, None).enqueue_async(*args, **kwargs)
 
-    def enqueue_many(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> list[Job]:
+    def enqueue_many(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> EnqueuedJobs:
         """Insert one job per item (a tuple of positional or a dict of keyword arguments)."""
         return TaskCall(self, self.options, None).enqueue_many(items)
 
     async def enqueue_many_async(
         self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]
-    ) -> list[Job]:
+    ) -> EnqueuedJobs:
         """Async :meth:`enqueue_many`."""
         return await TaskCall(self, self.options, None).enqueue_many_async(items)
 
@@ -95,44 +95,32 @@ class TaskCall:
 
     def _many_params(
         self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]
-    ) -> tuple[dict[str, Any], list[EncodedArguments]]:
+    ) -> tuple[dict[str, Any], EncodedBatch]:
         if self.options.idempotency_key is not None:
             raise ConfigurationError(
                 "idempotency_key names one job: use enqueue(), not enqueue_many()"
             )
-        encoded = []
+        calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         for position, item in enumerate(items):
-            if isinstance(item, Mapping):
-                encoded.append(self.task.signature.encode((), dict(item)))
-            elif isinstance(item, tuple | list):
-                encoded.append(self.task.signature.encode(tuple(item), {}))
+            if isinstance(item, tuple):
+                calls.append((item, {}))
+            elif isinstance(item, Mapping):
+                calls.append(((), dict(item)))
+            elif isinstance(item, list):
+                calls.append((tuple(item), {}))
             else:
                 raise ConfigurationError(
                     f"enqueue_many item {position} is a {type(item).__name__}: use a tuple of "
                     "positional arguments or a dict of keyword arguments"
                 )
+        batch = self.task.signature.encode_many(calls)
         params = self.options.as_params() | {
-            "task": self.task.name,
-            "args": [e.args for e in encoded],
-            "kwargs": [e.kwargs for e in encoded],
+            "task": self.task.name, "args": batch.args, "kwargs": batch.kwargs,
         }
-        return params, encoded
+        return params, batch
 
-    def _jobs_from(self, rows: list[dict[str, Any]], encoded: list[EncodedArguments]) -> list[Job]:
-        from pgqueue.serialization import loads
-
-        meta = loads(self.options.meta)
-        return [
-            Job(
-                id=row["id"], queue=self.options.queue, task=self.task.name,
-                args=loads(e.args), kwargs=loads(e.kwargs), status="queued",
-                priority=self.options.priority, run_at=row["run_at"],
-                max_attempts=self.options.max_attempts, meta=dict(meta),
-                timeout=self.options.timeout, result_ttl=self.options.result_ttl,
-                created_at=row["created_at"], _queue=self.task.queue,
-            )
-            for row, e in zip(rows, encoded, strict=True)
-        ]
+    def _jobs_from(self, row: dict[str, Any], batch: EncodedBatch) -> EnqueuedJobs:
+        return EnqueuedJobs(self, row, batch)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Insert one job; inside ``conn``'s transaction when given."""
@@ -146,23 +134,78 @@ class TaskCall:
         row = await self.task.queue.run_plan_async(plan, conn=self.conn)
         return Job.from_row(row, self.task.queue)
 
-    def enqueue_many(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> list[Job]:
+    def enqueue_many(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> EnqueuedJobs:
         """Insert one job per item in a single statement; returns the jobs in order."""
-        params, encoded = self._many_params(items)
-        if not encoded:
-            return []
-        rows = self.task.queue.run_plan(insert_jobs(self.task.queue.queries, params),
-                                        conn=self.conn)
-        return self._jobs_from(rows, encoded)
+        params, batch = self._many_params(items)
+        if not batch.count:
+            return EnqueuedJobs(self, {"ids": []}, batch)
+        row = self.task.queue.run_plan(insert_jobs(self.task.queue.queries, params),
+                                       conn=self.conn)
+        return self._jobs_from(row, batch)
 
     async def enqueue_many_async(
         self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]
-    ) -> list[Job]:
+    ) -> EnqueuedJobs:
         """Async :meth:`enqueue_many`."""
-        params, encoded = self._many_params(items)
-        if not encoded:
-            return []
-        rows = await self.task.queue.run_plan_async(
+        params, batch = self._many_params(items)
+        if not batch.count:
+            return EnqueuedJobs(self, {"ids": []}, batch)
+        row = await self.task.queue.run_plan_async(
             insert_jobs(self.task.queue.queries, params), conn=self.conn
         )
-        return self._jobs_from(rows, encoded)
+        return self._jobs_from(row, batch)
+
+
+class EnqueuedJobs(Sequence[Job]):
+    """The jobs ``enqueue_many`` inserted, in input order.
+
+    Job objects are built on access: a bulk enqueue of 100,000 jobs should not spend more
+    time making Python objects than PostgreSQL spends inserting the rows. ``ids`` is there
+    without building any Job.
+    """
+
+    def __init__(self, call: TaskCall, row: dict[str, Any], batch: EncodedBatch) -> None:
+        self.ids: list[int] = row["ids"]
+        self._call = call
+        self._row = row
+        self._batch = batch
+        self._args: list[Any] | None = None
+        self._kwargs: list[Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return f"<EnqueuedJobs {len(self)} jobs of {self._call.task.name}>"
+
+    @overload
+    def __getitem__(self, index: int) -> Job: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Job]: ...
+
+    def __getitem__(self, index: int | slice) -> Job | list[Job]:
+        if isinstance(index, slice):
+            return [self._job(i) for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("job index out of range")
+        return self._job(index)
+
+    def _job(self, index: int) -> Job:
+        from pgqueue.serialization import loads
+
+        if self._args is None:
+            self._args = loads(self._batch.args)
+            self._kwargs = loads(self._batch.kwargs) or None
+        options = self._call.options
+        row = self._row
+        return Job(
+            id=self.ids[index], queue=options.queue, task=self._call.task.name,
+            args=self._args[index], kwargs=self._kwargs[index] if self._kwargs else {},
+            status="queued" if row["ready"] else "scheduled", priority=options.priority,
+            run_at=row["run_at"], max_attempts=options.max_attempts, meta=loads(options.meta),
+            timeout=options.timeout, result_ttl=options.result_ttl,
+            created_at=row["created_at"], _queue=self._call.task.queue,
+        )

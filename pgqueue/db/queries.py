@@ -79,18 +79,30 @@ TEMPLATES: Final[dict[str, str]] = {
         WHERE j.idempotency_key = %(idempotency_key)s AND j.status <> 'cancelled'
     """,
     # Many jobs of one task with shared options: one statement whatever the count.
-    # Ids come from the identity sequence in input order (ORDER BY ord), so the
-    # caller sorts the returned ids to map them back to its items.
+    # %(args)s is one JSON array with an args list per job; %(kwargs)s one with a kwargs
+    # object per job, or [] when no job has any. Ids come from the identity sequence in
+    # input order (ORDER BY ord) and come back as one array, in that order.
     "insert_jobs": """
-        INSERT INTO {schema}.jobs
-            (queue, task, args, kwargs, priority, run_at, max_attempts, meta, timeout, result_ttl)
-        SELECT %(queue)s, %(task)s, item.args::jsonb, item.kwargs::jsonb, %(priority)s,
-               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s)),
-               %(max_attempts)s, %(meta)s::jsonb, %(timeout)s, %(result_ttl)s
-          FROM unnest(%(args)s::text[], %(kwargs)s::text[]) WITH ORDINALITY
-               AS item(args, kwargs, ord)
-         ORDER BY item.ord
-        RETURNING id, run_at, created_at
+        WITH inserted AS (
+            INSERT INTO {schema}.jobs
+                (queue, task, args, kwargs, priority, run_at, max_attempts, meta, timeout,
+                 result_ttl)
+            SELECT %(queue)s, %(task)s, item.args, COALESCE(item.kwargs, '{{}}'::jsonb),
+                   %(priority)s,
+                   COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s)),
+                   %(max_attempts)s, %(meta)s::jsonb, %(timeout)s, %(result_ttl)s
+              FROM ROWS FROM (jsonb_array_elements(%(args)s::jsonb),
+                              jsonb_array_elements(%(kwargs)s::jsonb))
+                   WITH ORDINALITY AS item(args, kwargs, ord)
+             ORDER BY item.ord
+            RETURNING id
+        )
+        SELECT array_agg(id ORDER BY id) AS ids, now() AS created_at,
+               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+                   AS run_at,
+               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+                   <= now() AS ready
+          FROM inserted
     """,
     # -- Claim -------------------------------------------------------------------------
     # Take up to %(limit)s ready jobs, highest priority first, skipping rows another
