@@ -225,7 +225,35 @@ def _embedded_server() -> DatabaseServer:
     # Stop the server and delete its data at the end of the session, not only at exit.
     result._stop.append(lambda: shutil.rmtree(directory, ignore_errors=True))
     result._stop.append(server.cleanup)
+    try:
+        _skip_crash_safety_for_the_operating_system(result.admin_dsn)
+    except BaseException:
+        result.stop()
+        raise
     return result
+
+
+def _skip_crash_safety_for_the_operating_system(admin_dsn: str) -> None:
+    """Make the throw-away server cheaper: no fsync, no full-page writes.
+
+    Both only protect against an *operating-system* crash, which would take the test
+    session with it anyway. A crash or kill of PostgreSQL itself (which tests may cause)
+    loses nothing: ``synchronous_commit`` stays on, so committed work is in the WAL.
+    Halves the cost of ``CREATE DATABASE`` from a template on PostgreSQL 18.
+    """
+    with _admin_connection(admin_dsn) as conn:
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET full_page_writes = off")
+        conn.execute("SELECT pg_reload_conf()")
+    deadline = time.monotonic() + 10
+    while True:
+        with _admin_connection(admin_dsn) as conn:
+            row = conn.execute("SHOW fsync").fetchone()
+        if row is not None and row[0] == "off":
+            return
+        if time.monotonic() >= deadline:
+            raise RuntimeError("the embedded server did not reload its configuration in 10 s")
+        time.sleep(0.05)
 
 
 def start_database_server() -> DatabaseServer:
