@@ -16,7 +16,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 __all__ = ["WaitTimeout", "async_wait_until", "wait_until"]
 
@@ -72,13 +72,33 @@ def wait_until(
         time.sleep(min(interval, remaining))
 
 
+@overload
 async def async_wait_until(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Awaitable[T]],
     *,
     timeout: float = DEFAULT_TIMEOUT,
     interval: float = DEFAULT_INTERVAL,
     message: str | None = None,
-) -> T:
+) -> T: ...
+
+
+@overload
+async def async_wait_until(
+    predicate: Callable[[], T],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = DEFAULT_INTERVAL,
+    message: str | None = None,
+) -> T: ...
+
+
+async def async_wait_until(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = DEFAULT_INTERVAL,
+    message: str | None = None,
+) -> Any:
     """:func:`wait_until` for async tests: the predicate may be sync or return an awaitable."""
     if timeout <= 0 or interval <= 0:
         raise ValueError("timeout and interval must be positive")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict
@@ -41,7 +42,7 @@ def test_as_url_puts_a_socket_directory_in_the_query_string() -> None:
 
 
 def test_wait_until_returns_the_first_truthy_value() -> None:
-    calls = iter([None, 0, [], {"id": 7}])
+    calls: Iterator[object] = iter([None, 0, [], {"id": 7}])
     assert wait_until(lambda: next(calls), timeout=5, interval=0.001) == {"id": 7}
 
 
@@ -66,7 +67,7 @@ def test_wait_until_lets_a_broken_predicate_fail_at_once() -> None:
 
 
 async def test_async_wait_until_awaits_coroutine_predicates() -> None:
-    values = iter([False, False, "done"])
+    values: Iterator[str | bool] = iter([False, False, "done"])
 
     async def check() -> str | bool:
         return next(values)
