@@ -81,7 +81,7 @@ async def chaos_job(n: int, ctx: JobContext) -> int:
     ``ctx.transaction()`` and so exists exactly once per job however often it ran.
     """
     await record_run(ctx)
-    await asyncio.sleep(random.uniform(0.005, 0.03))
+    await asyncio.sleep(random.uniform(0.03, 0.12))
     async with ctx.transaction() as conn:
         await conn.execute(
             "INSERT INTO chaos_effects (job_id, worker_pid, attempt) VALUES (%s, %s, %s)",
