@@ -11,7 +11,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from pgqueue.cli import migrate, worker
+from pgqueue.cli import dead, demo, enqueue, jobs, migrate, monitoring, worker
 from pgqueue.cli.context import CliContext
 from pgqueue.cli.errors import one_line_error
 from pgqueue.cli.logs import configure_logging
@@ -78,6 +78,11 @@ def root(
 
 migrate.register(app)
 worker.register(app)
+enqueue.register(app)
+app.add_typer(jobs.app, name="jobs")
+app.add_typer(dead.app, name="dead")
+monitoring.register(app)
+demo.register(app)
 
 
 def main() -> None:

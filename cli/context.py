@@ -8,9 +8,12 @@ library's job, and it only happens when a command actually needs the database.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import typer
+from pgqueue.cli.loading import load_queue
 
 from pgqueue import Queue
 from pgqueue.settings import EMBEDDED
@@ -61,6 +64,22 @@ class CliContext:
         if self.explicit_dsn is not None or self.schema is not None:
             queue.configure(dsn=self.explicit_dsn, schema=self.schema)
         return queue
+
+    @contextmanager
+    def session(self, app: str | None = None) -> Iterator[Queue]:
+        """A Queue ready for data commands, closed afterwards.
+
+        ``app`` (``-A``) loads the user's Queue so that its registered tasks validate
+        arguments. The schema check first is what makes an unreachable database fail at
+        once in one line (the pool would retry for 30 s) and an unmigrated one say
+        ``run pgq migrate`` instead of "relation does not exist".
+        """
+        queue = self.configure(load_queue(app)) if app else self.queue()
+        try:
+            queue.check_schema()
+            yield queue
+        finally:
+            queue.close()
 
 
 def cli_context(

@@ -53,10 +53,41 @@ class LineFormatter(logging.Formatter):
         return f"{head} {fields}{newline}{tail}"
 
 
-def configure_logging(level: str = "warning") -> None:
-    """Send every logger's records at ``level`` and above to stderr, one line each."""
-    handler = logging.StreamHandler(sys.stderr)
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record.
+
+    ``rich.live`` (``pgq demo``) swaps ``sys.stderr`` for a proxy that prints above the
+    live display; a handler holding the original stream would scribble over it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+class WithoutJobRecords(logging.Filter):
+    """Drops per-job records (those carrying a ``job_id`` field) below CRITICAL.
+
+    ``pgq demo`` fails hundreds of jobs on purpose and counts them in its summary; a
+    warning line per failed attempt would bury the display.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.CRITICAL or not hasattr(record, "job_id")
+
+
+def configure_logging(level: str = "warning", *, job_records: bool = True) -> None:
+    """Send every logger's records at ``level`` and above to stderr, one line each.
+
+    ``job_records=False`` leaves out the per-job records (see :class:`WithoutJobRecords`).
+    """
+    handler = StderrHandler()
     handler.setFormatter(LineFormatter())
+    if not job_records:
+        handler.addFilter(WithoutJobRecords())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

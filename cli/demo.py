@@ -1,0 +1,324 @@
+"""``pgq demo``: see pgqueue work in a few seconds, with nothing set up beforehand.
+
+It starts the embedded PostgreSQL (data in ``.pgqueue/`` here) unless a database is
+configured, migrates, enqueues a few thousand sample jobs in bulk on a fresh queue, and
+runs a real worker in this process while a live display follows ``Queue.stats()``. The
+summary counts come from the database afterwards, not from the display, so they are
+honest: succeeded, retried (jobs that needed more than one attempt), dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pgqueue.cli import demo_tasks
+from pgqueue.cli.context import CliContext, cli_context
+from pgqueue.cli.logs import configure_logging
+from pgqueue.cli.options import DsnOption, EmbeddedOption, JsonOption, SchemaOption
+from pgqueue.cli.output import print_json
+from psycopg.conninfo import conninfo_to_dict
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from pgqueue import ConfigurationError, Queue, Task
+from pgqueue.settings import EMBEDDED, resolve_dsn
+from pgqueue.worker.runner import Worker, WorkerSettings
+
+# How the sample jobs are split (per mille); the fast async task takes the rest.
+MIX: list[tuple[Task[Any, Any], int, str]] = [
+    (demo_tasks.checksum, 200, "sync, runs in the worker's thread pool"),
+    (demo_tasks.flaky, 80, "fails once, succeeds on its retry"),
+    (demo_tasks.doomed, 20, "always fails: dead after 2 attempts"),
+]
+POLL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the demo did, counted in the database once the worker has finished."""
+
+    queue: str
+    jobs: int
+    succeeded: int
+    retried: int
+    dead: int
+    unfinished: int
+    enqueue_seconds: float
+    elapsed_seconds: float
+
+    @property
+    def jobs_per_second(self) -> float:
+        """Finished jobs per second of processing."""
+        finished = self.jobs - self.unfinished
+        return finished / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``--json`` shape."""
+        return asdict(self) | {"jobs_per_second": round(self.jobs_per_second, 1)}
+
+
+def job_mix(total: int) -> list[tuple[Task[Any, Any], int, str]]:
+    """How many jobs of each sample task; every behaviour appears at least once."""
+    planned = [(task, max(1, total * share // 1000), what) for task, share, what in MIX]
+    rest = total - sum(count for _, count, _ in planned)
+    if rest < 1:
+        raise ConfigurationError(f"--jobs {total} is too few: use at least {len(MIX) + 1}")
+    return [(demo_tasks.ping, rest, "async, does nothing: the fast path"), *planned]
+
+
+class BackgroundWorker:
+    """A real :class:`Worker` in a thread of this process, with its own event loop.
+
+    The main thread keeps the display; ``stop()`` asks the worker for the same graceful
+    shutdown SIGTERM would (signal handlers are not installed: they belong to the main
+    thread, which has the display to run).
+    """
+
+    def __init__(self, queue: Queue, settings: WorkerSettings) -> None:
+        self.worker = Worker(queue, settings)
+        self.loop = asyncio.new_event_loop()
+        self.status: int | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="pgqueue-demo-worker", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.status = self.loop.run_until_complete(self.worker.run())
+        except BaseException as exc:  # handed to the main thread, which re-raises it
+            self.error = exc
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.run_until_complete(self.loop.shutdown_default_executor())
+            self.loop.close()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Graceful shutdown, as on SIGTERM; harmless once the worker has finished."""
+        # A RuntimeError means the loop already closed: nothing left to stop.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self.worker.request_stop)
+
+    @property
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+
+def _database_label(context: CliContext, queue: Queue) -> str:
+    """Where the demo runs, without credentials."""
+    if context.explicit_dsn == EMBEDDED:
+        return f"embedded PostgreSQL in {Path.cwd() / '.pgqueue'}"
+    info = conninfo_to_dict(queue.dsn)
+    host = str(info.get("host") or "localhost")
+    port = f":{info['port']}" if info.get("port") else ""
+    return f"PostgreSQL {info.get('user', '')}@{host}{port}/{info.get('dbname', '')}".replace(
+        " @", " "
+    )
+
+
+def _choose_database(context: CliContext) -> CliContext:
+    """``--dsn``, ``PGQUEUE_DSN`` or ``DATABASE_URL`` when set; else the embedded server."""
+    if context.explicit_dsn is not None:
+        return context
+    try:
+        return context.merged(dsn=resolve_dsn(None))
+    except ConfigurationError:
+        return context.merged(embedded=True)
+
+
+def _queue_counts(queue: Queue, name: str) -> dict[str, Any]:
+    for row in queue.stats():
+        if row["queue"] == name:
+            return row
+    return {}
+
+
+def _status_line(counts: dict[str, Any]) -> Text:
+    parts = [
+        (name, int(counts.get(name, 0)))
+        for name in ("queued", "running", "retrying", "succeeded", "dead")
+    ]
+    line = Text("  ")
+    styles = {"succeeded": "green", "dead": "red", "retrying": "yellow", "running": "cyan"}
+    for index, (name, value) in enumerate(parts):
+        if index:
+            line.append("  ·  ", style="dim")
+        line.append(f"{name} ", style="dim")
+        line.append(f"{value:,}", style=styles.get(name, ""))
+    return line
+
+
+def _run_with_display(
+    queue: Queue, runner: BackgroundWorker, name: str, total: int, console: Console | None
+) -> float:
+    """Run the worker to completion, showing progress if ``console``; return the seconds."""
+    progress = Progress(
+        TextColumn("[bold]Processing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[rate]}"),
+        console=console,
+    )
+    bar: TaskID = progress.add_task("jobs", total=total, rate="")
+    started = time.monotonic()
+    runner.start()
+    with contextlib.ExitStack() as stack:
+        live = None
+        if console is not None:
+            live = stack.enter_context(
+                Live(Group(progress, _status_line({})), console=console, refresh_per_second=12)
+            )
+        while True:
+            running = runner.running
+            if live is not None:
+                counts = _queue_counts(queue, name)
+                done = int(counts.get("succeeded", 0)) + int(counts.get("dead", 0))
+                seconds = time.monotonic() - started
+                rate = f"{done / seconds:,.0f} jobs/s" if seconds > 0.2 else ""
+                progress.update(bar, completed=done, rate=rate)
+                live.update(Group(progress, _status_line(counts)))
+            if not running:
+                break
+            runner.join(POLL_SECONDS)
+    return time.monotonic() - started
+
+
+def _summarize(queue: Queue, name: str, total: int, enqueue_seconds: float,
+               elapsed: float) -> Summary:
+    jobs = queue.list_jobs(queue=name, limit=max(total, 1))
+    by_status: dict[str, int] = {}
+    for job in jobs:
+        by_status[job.status] = by_status.get(job.status, 0) + 1
+    return Summary(
+        queue=name,
+        jobs=total,
+        succeeded=by_status.get("succeeded", 0),
+        retried=sum(1 for job in jobs if job.attempts > 1),
+        dead=by_status.get("dead", 0),
+        unfinished=total - by_status.get("succeeded", 0) - by_status.get("dead", 0),
+        enqueue_seconds=round(enqueue_seconds, 3),
+        elapsed_seconds=round(elapsed, 3),
+    )
+
+
+def _summary_table(summary: Summary) -> Table:
+    table = Table(title="pgqueue demo: summary", title_justify="left", show_header=False,
+                  box=None, pad_edge=False, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    table.add_row("Jobs", f"{summary.jobs:,}", f"queue {summary.queue}")
+    table.add_row("Succeeded", f"[green]{summary.succeeded:,}[/]", "")
+    table.add_row("Retried", f"[yellow]{summary.retried:,}[/]",
+                  "jobs that needed more than one attempt")
+    table.add_row("Dead", f"[red]{summary.dead:,}[/]", "in pgqueue.dead_jobs, with tracebacks")
+    if summary.unfinished:
+        table.add_row("Unfinished", f"{summary.unfinished:,}", "left queued (worker stopped)")
+    table.add_row("Elapsed", f"{summary.elapsed_seconds:.2f} s",
+                  f"plus {summary.enqueue_seconds:.2f} s to enqueue in bulk")
+    table.add_row("Throughput", f"{summary.jobs_per_second:,.0f} jobs/s", "")
+    return table
+
+
+def demo(
+    ctx: typer.Context,
+    jobs: Annotated[
+        int, typer.Option("--jobs", "-n", min=4, help="How many sample jobs to run.")
+    ] = 5000,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", min=1, help="The worker's concurrency.")
+    ] = 16,
+    dsn: DsnOption = None,
+    embedded: EmbeddedOption = False,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run sample jobs through a real worker and show what happens (no setup needed)."""
+    context = _choose_database(
+        cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
+    )
+    mix = job_mix(jobs)
+    configure_logging("warning", job_records=False)
+    console = None if context.json else Console(highlight=False)
+    queue = context.configure(demo_tasks.queue)
+    say = console.print if console is not None else (lambda *_a, **_k: None)
+    try:
+        if console is not None and context.explicit_dsn == EMBEDDED:
+            with console.status("Starting the embedded PostgreSQL (first run: a few seconds)…"):
+                queue.dsn  # noqa: B018 - resolving the DSN starts the server
+        say(f"[bold]pgqueue demo[/] on {_database_label(context, queue)}")
+        queue.migrate()
+        say(f"[green]✓[/] schema {queue.schema!r} is up to date (pgq migrate)")
+
+        name = f"demo-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+        started = time.monotonic()
+        for task, count, _ in mix:
+            task.using(queue=name).enqueue_many((n,) for n in range(count))
+        enqueue_seconds = time.monotonic() - started
+        say(f"[green]✓[/] enqueued {jobs:,} jobs on queue [bold]{name}[/] in "
+            f"{enqueue_seconds:.2f} s (one bulk insert per task):")
+        for task, count, what in mix:
+            say(f"    {count:>7,}  {task.name:<14} [dim]{what}[/]")
+
+        settings = WorkerSettings(concurrency=concurrency, queues=[name], burst=True,
+                                  install_signal_handlers=False, poll_interval=1.0)
+        runner = BackgroundWorker(queue, settings)
+        say(f"[green]✓[/] worker started in this process (concurrency {concurrency}, "
+            "--burst: exits when the queue is drained)")
+        try:
+            elapsed = _run_with_display(queue, runner, name, jobs, console)
+        except KeyboardInterrupt:
+            say("[yellow]Interrupted: stopping the worker gracefully…[/]")
+            raise typer.Exit(130) from None
+        finally:
+            # Whatever happened here, the worker must not outlive the command (nor the
+            # embedded server, which stops when this process exits).
+            runner.stop()
+            runner.join()
+        if runner.error is not None:
+            raise runner.error
+        summary = _summarize(queue, name, jobs, enqueue_seconds, elapsed)
+    finally:
+        queue.close()
+    if console is None:
+        print_json(summary.as_dict())
+        return
+    console.print()
+    console.print(_summary_table(summary))
+    where = "--embedded" if context.explicit_dsn == EMBEDDED else "--dsn …"
+    console.print(
+        f"\n[dim]Look around:[/] pgq jobs list {where} --queue {name}   ·   "
+        f"pgq dead list {where} --queue {name}   ·   pgq stats {where}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``demo`` to ``app``."""
+    app.command()(demo)

@@ -1,0 +1,103 @@
+"""``pgq enqueue``: put one job on a queue from the shell.
+
+Without ``-A`` the task is enqueued by name as given (the worker that knows it validates
+nothing more); with ``-A`` the user's Queue is loaded and a registered task checks its
+arguments here, at enqueue time, exactly as ``task.enqueue(...)`` would in Python.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from pgqueue.cli.context import cli_context
+from pgqueue.cli.errors import CommandError
+from pgqueue.cli.options import AppOption, DsnOption, EmbeddedOption, JsonOption, SchemaOption
+from pgqueue.cli.output import job_summary, print_json
+
+
+def parse_json_option(text: str, option: str, expected: type[list[Any] | dict[str, Any]]) -> Any:
+    """Parse ``--args``/``--kwargs``; a bad value is one line naming the option."""
+    example = '\'[1, "a"]\'' if expected is list else '\'{"user_id": 7}\''
+    kind = "array" if expected is list else "object"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(
+            f"invalid {option}: not JSON ({exc.msg} at column {exc.colno}); "
+            f"expected a JSON {kind}, e.g. {option} {example}"
+        ) from None
+    if not isinstance(value, expected):
+        raise CommandError(
+            f"invalid {option}: expected a JSON {kind}, got {type(value).__name__}; "
+            f"e.g. {option} {example}"
+        )
+    return value
+
+
+def enqueue(
+    ctx: typer.Context,
+    task: Annotated[
+        str, typer.Argument(help="Task name, as registered (name= or module.qualname).")
+    ],
+    args: Annotated[
+        str, typer.Option("--args", metavar="JSON", help="Positional arguments, a JSON array.")
+    ] = "[]",
+    kwargs: Annotated[
+        str, typer.Option("--kwargs", metavar="JSON", help="Keyword arguments, a JSON object.")
+    ] = "{}",
+    queue_name: Annotated[
+        str | None,
+        typer.Option("--queue", "-q", help="Queue (default: the task's, else 'default').",
+                     show_default=False),
+    ] = None,
+    priority: Annotated[
+        int | None, typer.Option("--priority", "-p", help="Higher runs first (default 0).",
+                                 show_default=False)
+    ] = None,
+    run_in: Annotated[
+        str | None,
+        typer.Option("--run-in", metavar="DURATION", show_default=False,
+                     help="Delay before it may run: 30s, 15m, 1h, 7d or seconds."),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", show_default=False,
+                     help="Dedupe key: while a job with this key is live, return that job."),
+    ] = None,
+    max_attempts: Annotated[
+        int | None,
+        typer.Option("--max-attempts", show_default=False,
+                     help="Attempts before the job is dead (default: the task's, else 3)."),
+    ] = None,
+    app: AppOption = None,
+    dsn: DsnOption = None,
+    embedded: EmbeddedOption = False,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a job for TASK and print it."""
+    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
+    positional = parse_json_option(args, "--args", list)
+    keywords = parse_json_option(kwargs, "--kwargs", dict)
+    given: dict[str, Any] = {
+        "queue": queue_name,
+        "priority": priority,
+        "run_in": run_in,
+        "idempotency_key": idempotency_key,
+        "max_attempts": max_attempts,
+    }
+    # Only what was given: a registered task keeps its own defaults for the rest.
+    options = {name: value for name, value in given.items() if value is not None}
+    with context.session(app) as queue:
+        job = queue.enqueue_by_name(task, args=positional, kwargs=keywords, **options)
+    if context.json:
+        print_json(job.to_dict())
+    else:
+        typer.echo(f"Enqueued {job_summary(job)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``enqueue`` to ``app``."""
+    app.command()(enqueue)

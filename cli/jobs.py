@@ -1,0 +1,134 @@
+"""``pgq jobs list|show|cancel``: find and manage individual jobs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from pgqueue.cli.context import cli_context
+from pgqueue.cli.errors import CommandError
+from pgqueue.cli.options import (
+    DsnOption,
+    EmbeddedOption,
+    JsonOption,
+    LimitOption,
+    QueueFilterOption,
+    SchemaOption,
+)
+from pgqueue.cli.output import (
+    attempts,
+    console,
+    job_summary,
+    last_line,
+    print_json,
+    print_table,
+    when,
+)
+
+from pgqueue import Job
+
+app = typer.Typer(
+    help="List, inspect and cancel jobs.", no_args_is_help=True, rich_markup_mode=None
+)
+
+JobId = Annotated[int, typer.Argument(help="The job's id.", show_default=False)]
+
+
+@app.command("list")
+def list_jobs(
+    ctx: typer.Context,
+    status: Annotated[
+        str | None,
+        typer.Option("--status", "-s", show_default=False,
+                     help="queued, scheduled, running, retrying, succeeded, cancelled or dead."),
+    ] = None,
+    queue_name: QueueFilterOption = None,
+    task: Annotated[
+        str | None, typer.Option("--task", "-t", help="Only this task.", show_default=False)
+    ] = None,
+    limit: LimitOption = 50,
+    dsn: DsnOption = None,
+    embedded: EmbeddedOption = False,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Jobs, newest first (live and dead)."""
+    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
+    with context.session() as queue:
+        found = queue.list_jobs(status=status, queue=queue_name, task=task, limit=limit)
+    if context.json:
+        print_json([job.to_dict() for job in found])
+        return
+    print_table(
+        ["id", "queue", "task", "status", "attempts", "priority", "run_at", "created_at"],
+        (
+            [job.id, job.queue, job.task, job.status, attempts(job), job.priority,
+             when(job.run_at), when(job.created_at)]
+            for job in found
+        ),
+        empty="No jobs match.",
+        right=("id", "attempts", "priority"),
+    )
+
+
+def _describe(job: Job) -> None:
+    """Every field of one job, the error's traceback in full."""
+    fields = job.to_dict()
+    error = fields.pop("error", None) or fields.pop("last_error", None)
+    fields.pop("last_error", None)
+    out = console()
+    width = max(len(name) for name in fields)
+    for name, value in fields.items():
+        if name in ("args", "kwargs", "result", "meta"):
+            value = json.dumps(value, ensure_ascii=False)
+        out.print(f"{name:<{width}}  {'-' if value is None else value}", markup=False)
+    if error:
+        title = "error" if job.status == "dead" else "last error"
+        out.print(f"\n{title}:\n{error.rstrip()}", markup=False)
+
+
+@app.command("show")
+def show_job(
+    ctx: typer.Context,
+    job_id: JobId,
+    dsn: DsnOption = None,
+    embedded: EmbeddedOption = False,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """One job in full (also finds dead jobs)."""
+    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
+    with context.session() as queue:
+        job = queue.get_job(job_id)
+    if job is None:
+        raise CommandError(f"no job with id {job_id}")
+    if context.json:
+        print_json(job.to_dict())
+    else:
+        _describe(job)
+
+
+@app.command("cancel")
+def cancel_job(
+    ctx: typer.Context,
+    job_id: JobId,
+    dsn: DsnOption = None,
+    embedded: EmbeddedOption = False,
+    schema: SchemaOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a job: a queued one at once, a running one at its next heartbeat."""
+    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
+    with context.session() as queue:
+        job = queue.cancel_job(job_id)
+    if context.json:
+        print_json(job.to_dict())
+    elif job.status == "cancelled":
+        typer.echo(f"Cancelled {job_summary(job)}")
+    elif job.cancel_requested:
+        typer.echo(f"Cancellation requested for {job_summary(job)}")
+    else:
+        typer.echo(f"Nothing to cancel: {job_summary(job)}")
+        if job.status == "dead":
+            typer.echo(f"Last error: {last_line(job.error)}")
