@@ -240,10 +240,17 @@ class Signature:
     def _one(adapter: TypeAdapter[Any], value: Any) -> Any:
         return adapter.dump_python(adapter.validate_python(value), mode="json")
 
-    def decode(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """Rebuild annotated arguments from their stored JSON form (in the worker)."""
-        signature, _, adapters = self._resolved
-        if not adapters:
+    def decode(
+        self, args: list[Any], kwargs: dict[str, Any], context: Any = None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Rebuild annotated arguments from their stored JSON form (in the worker).
+
+        With ``context``, the result also passes it to the JobContext parameter, wherever
+        that parameter sits (``def f(ctx: JobContext, x)`` as well as ``def f(x, ctx)``).
+        """
+        signature, context_name, adapters = self._resolved
+        with_context = context is not None and context_name is not None
+        if not adapters and not with_context:
             return args, kwargs
         bound = signature.bind(*args, **kwargs)
         for name, value in bound.arguments.items():
@@ -257,4 +264,10 @@ class Signature:
                 bound.arguments[name] = {k: adapter.validate_python(v) for k, v in value.items()}
             else:
                 bound.arguments[name] = adapter.validate_python(value)
+        if context is not None and context_name is not None:
+            # Re-bind on the full signature so the arguments after the context parameter
+            # are passed where they belong rather than shifted into its place.
+            arguments = dict(bound.arguments)
+            arguments[context_name] = context
+            bound = inspect.BoundArguments(inspect.signature(self.func), arguments)
         return list(bound.args), dict(bound.kwargs)

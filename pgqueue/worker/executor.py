@@ -103,12 +103,9 @@ class Executor:
             return self._dead(job, f"unknown task {job.task!r}: no task of that name is "
                                    f"registered in this worker (registered: {known})")
         try:
-            args, kwargs = task.signature.decode(job.args, job.kwargs)
+            args, kwargs = task.signature.decode(job.args, job.kwargs, context=execution.ctx)
         except Exception as exc:
             return self._dead(job, f"cannot rebuild the arguments of task {job.task!r}: {exc}")
-        context_name = task.signature.context_parameter
-        if context_name is not None:
-            kwargs[context_name] = execution.ctx
         try:
             result = await self._call(task, execution, args, kwargs)
         except asyncio.CancelledError:
