@@ -127,17 +127,21 @@ class Executor:
         self, task: Task[Any, Any], execution: Execution, args: list[Any], kwargs: dict[str, Any]
     ) -> Any:
         timeout = execution.job.timeout
-        if task.is_async:
-            async with asyncio.timeout(timeout):
-                return await task.func(*args, **kwargs)
-        future = self.threads.submit(lambda: task.func(*args, **kwargs))
+        deadline = asyncio.timeout(timeout)
         try:
-            async with asyncio.timeout(timeout):
+            if task.is_async:
+                async with deadline:
+                    return await task.func(*args, **kwargs)
+            future = self.threads.submit(lambda: task.func(*args, **kwargs))
+            async with deadline:
                 # shield: a timeout or shutdown stops our wait, not the thread's future,
                 # so the thread's late result lands in a future nobody reads.
                 return await asyncio.shield(future)
         except TimeoutError:
-            execution.ctx.request_cancel()
+            # Only our deadline is a timeout (the task may raise TimeoutError itself);
+            # the flag tells _failed so and tells a sync task to stop.
+            if deadline.expired():
+                execution.ctx.request_cancel()
             raise
 
     # -- turning what happened into an outcome -------------------------------------------
