@@ -75,6 +75,8 @@ class Heartbeat:
         for execution in candidates:
             if execution.asyncio_task is not None and execution.asyncio_task.done():
                 continue
+            if execution.ctx.completed_in_transaction:
+                continue  # ctx.transaction() marked it succeeded: finished, not lost
             state = held.get(execution.job.id)
             if state is None or state[0] != execution.job.attempt:
                 self._on_lease_lost(execution)
