@@ -60,6 +60,10 @@ _DEAD_SELECT = (
     "'dead' AS api_status, j.error, j.failed_at FROM {schema}.dead_jobs j"
 )
 
+# A running job whose cancellation was requested ends cancelled even when its attempt
+# failed, snoozed or was released before the worker noticed the request: never requeued.
+_CANCEL_WINS = "(o.kind IN ('retry', 'snooze', 'release') AND j.cancel_requested)"
+
 TEMPLATES: Final[dict[str, str]] = {
     # -- Enqueue -----------------------------------------------------------------------
     # One job. A live job holding the same idempotency key makes this insert nothing;
@@ -161,12 +165,13 @@ TEMPLATES: Final[dict[str, str]] = {
         ),
         updated AS (
             UPDATE {schema}.jobs AS j
-               SET status = CASE o.kind
+               SET status = CASE WHEN """ + _CANCEL_WINS + """ THEN 'cancelled'
+                                 ELSE CASE o.kind
                                 WHEN 'succeeded' THEN 'succeeded'
                                 WHEN 'result' THEN 'succeeded'
                                 WHEN 'cancelled' THEN 'cancelled'
                                 WHEN 'progress' THEN 'running'
-                                ELSE 'queued' END,
+                                ELSE 'queued' END END,
                    result = CASE WHEN o.kind IN ('succeeded', 'result') THEN o.result
                                  ELSE j.result END,
                    attempts = CASE WHEN o.kind IN ('snooze', 'release') THEN j.attempts - 1
@@ -176,7 +181,8 @@ TEMPLATES: Final[dict[str, str]] = {
                                  WHEN o.kind = 'release' THEN now()
                                  ELSE j.run_at END,
                    last_error = COALESCE(o.error, j.last_error),
-                   finished_at = CASE WHEN o.kind IN ('succeeded', 'cancelled') THEN now()
+                   finished_at = CASE WHEN o.kind IN ('succeeded', 'cancelled')
+                                           OR """ + _CANCEL_WINS + """ THEN now()
                                       WHEN o.kind IN ('progress', 'result') THEN j.finished_at
                                       ELSE NULL END,
                    lease_expires_at = CASE WHEN o.kind = 'progress' THEN j.lease_expires_at
@@ -191,7 +197,7 @@ TEMPLATES: Final[dict[str, str]] = {
              WHERE j.id = o.id AND j.attempts = o.attempt AND j.worker_id = %(worker_id)s
                AND j.status = CASE o.kind WHEN 'result' THEN 'succeeded' ELSE 'running' END
                AND o.kind <> 'dead'
-            RETURNING j.id, o.kind, j.queue, j.run_at <= now() AS ready
+            RETURNING j.id, o.kind, j.queue, j.status = 'queued' AND j.run_at <= now() AS ready
         ),
         dead AS (
             DELETE FROM {schema}.jobs AS j
