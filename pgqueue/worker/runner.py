@@ -201,6 +201,12 @@ class Worker:
     # -- executions ---------------------------------------------------------------------
 
     def _start(self, job: ClaimedJob) -> None:
+        stale = self.executions.get(job.id)
+        if stale is not None and stale.job.attempt < job.attempt:
+            # We claimed a job we still run: our lease on the older attempt was lost (the
+            # rescuer requeued it) before a heartbeat told us. Stop that attempt now, or
+            # it would run on unseen: outside the concurrency count and never released.
+            self._lease_lost(stale)
         execution = self.executor.prepare(job)
         self.executions[job.id] = execution
         task = asyncio.create_task(self.executor.run(execution), name=f"pgqueue-job-{job.id}")
