@@ -1,0 +1,423 @@
+"""Leases, fencing and maintenance at the SQL level and with a live worker.
+
+* Fencing: ``complete_jobs`` changes a row only for the worker and attempt holding it.
+* Heartbeat: extends this worker's leases in one statement and reports what it holds.
+* Rescuer: expired leases go back to ``queued`` (attempt counted, "lease expired") or to
+  ``dead_jobs`` when the attempts are spent.
+* Pruner: finished rows past ``result_ttl`` are deleted; dead jobs stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgqueue import JobContext, Queue
+from pgqueue.db.queries import for_schema
+from pgqueue.worker.completer import Completer
+from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.maintenance import Maintenance
+from pgqueue.worker.outcome import Outcome
+from tests._polling import async_wait_until
+from tests.integration._worker_helpers import aexecute, arow, background_worker, run_burst
+
+QUERIES = for_schema("pgqueue")
+
+
+@pytest.fixture
+async def q(dsn: str) -> AsyncIterator[Queue]:
+    queue = Queue(dsn=dsn)
+    try:
+        yield queue
+    finally:
+        await queue.close_async()
+
+
+@pytest.fixture
+async def db(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def maintenance(dsn: str) -> AsyncIterator[Maintenance]:
+    """A Maintenance service whose connection is closed afterwards."""
+    service = Maintenance(connect=connector(dsn), queries=QUERIES)
+    try:
+        yield service
+    finally:
+        if service._conn is not None:
+            await service._conn.close()
+
+
+def connector(dsn: str) -> Any:
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+
+    return connect
+
+
+async def insert_job(db: psycopg.AsyncConnection[Any], **columns: Any) -> int:
+    """Insert a job row directly (status, attempts, lease... as given)."""
+    values = {"task": "t", "args": "[]"} | columns
+    names = ", ".join(values)
+    marks = ", ".join(
+        f"{'now() + make_interval(secs => %s)' if name == 'lease_expires_at' else '%s'}"
+        for name in values
+    )
+    cursor = await db.execute(
+        f"INSERT INTO pgqueue.jobs ({names}) VALUES ({marks}) RETURNING id".encode(),
+        list(values.values()),
+    )
+    found = await cursor.fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+async def claim(db: psycopg.AsyncConnection[Any], worker_id: str, limit: int = 10) -> list[Any]:
+    cursor = await db.execute(
+        QUERIES["claim_jobs_any_queue"], {"limit": limit, "worker_id": worker_id, "lease": 30.0}
+    )
+    return await cursor.fetchall()
+
+
+async def complete(
+    db: psycopg.AsyncConnection[Any], worker_id: str, *outcomes: tuple[int, int, str]
+) -> list[Any]:
+    """Run complete_jobs for (id, attempt, kind) outcomes; return the rows it changed."""
+    cursor = await db.execute(QUERIES["complete_jobs"], {
+        "ids": [o[0] for o in outcomes],
+        "attempts": [o[1] for o in outcomes],
+        "kinds": [o[2] for o in outcomes],
+        "results": ['"ok"' for _ in outcomes],
+        "errors": ["failed" if o[2] in ("retry", "dead") else None for o in outcomes],
+        "delays": [0.0 for _ in outcomes],
+        "progress": [None for _ in outcomes],
+        "worker_id": worker_id,
+    })
+    return await cursor.fetchall()
+
+
+# -- fencing ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["succeeded", "retry", "snooze", "release", "cancelled",
+                                  "progress", "dead"])
+async def test_completion_is_fenced_on_worker_and_attempt(
+    db: psycopg.AsyncConnection[Any], dsn: str, kind: str
+) -> None:
+    job_id = await insert_job(db)
+    [claimed] = await claim(db, "w1")
+    assert claimed[0] == job_id
+    before = await arow(dsn, job_id)
+
+    assert await complete(db, "w1", (job_id, 0, kind)) == []  # stale attempt
+    assert await complete(db, "w1", (job_id, 2, kind)) == []  # future attempt
+    assert await complete(db, "w2", (job_id, 1, kind)) == []  # another worker
+    assert await arow(dsn, job_id) == before
+
+    changed = await complete(db, "w1", (job_id, 1, kind))
+    assert [r[0] for r in changed] == [job_id]
+
+
+async def test_late_completion_after_rescue_and_reclaim_changes_nothing(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    job_id = await insert_job(db)
+    await claim(db, "w1")
+    await db.execute("UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second'")
+    async with maintenance(dsn) as service:
+        assert await service.rescue() == 1
+    [reclaimed] = await claim(db, "w2")
+    assert reclaimed[0] == job_id
+    assert reclaimed[6] == 2  # attempts
+
+    assert await complete(db, "w1", (job_id, 1, "succeeded")) == []
+    stored = await arow(dsn, job_id)
+    assert stored is not None
+    assert (stored["status"], stored["worker_id"], stored["attempts"]) == ("running", "w2", 2)
+
+    assert len(await complete(db, "w2", (job_id, 2, "succeeded"))) == 1
+    stored = await arow(dsn, job_id)
+    assert stored is not None
+    assert (stored["status"], stored["result"]) == ("succeeded", "ok")
+
+
+async def test_completer_reports_refused_outcomes_and_records_the_rest(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    held = await insert_job(db)
+    other = await insert_job(db)
+    await claim(db, "w1", limit=1)
+    await claim(db, "w2", limit=1)
+    recorded: list[tuple[int, str, bool]] = []
+    completer = Completer(
+        connect=connector(dsn), queries=QUERIES, worker_id="w1",
+        on_recorded=lambda o, ok: recorded.append((o.job_id, o.kind, ok)),
+    )
+    runner = asyncio.create_task(completer.run())
+    try:
+        completer.submit(Outcome(held, 1, "succeeded", '{"n": 1}'))
+        completer.submit(Outcome(other, 1, "succeeded", '{"n": 2}'))  # held by w2
+        await asyncio.wait_for(completer.wait_idle(), 10)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+    assert sorted(recorded) == sorted([(held, "succeeded", True), (other, "succeeded", False)])
+    assert (await arow(dsn, held) or {})["result"] == {"n": 1}
+    assert (await arow(dsn, other) or {})["status"] == "running"
+
+
+# -- heartbeat -------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeExecution:
+    """What the heartbeat reads from an execution."""
+
+    job_id: int
+    attempt: int
+    started: float = field(default_factory=lambda: time.monotonic() - 1)
+    asyncio_task: Any = None
+
+    @property
+    def job(self) -> Any:
+        return type("J", (), {"id": self.job_id, "attempt": self.attempt})()
+
+    @property
+    def ctx(self) -> Any:
+        return type("C", (), {"completed_in_transaction": False})()
+
+
+async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    kept = await insert_job(db, status="running", attempts=1, worker_id="w1",
+                            lease_expires_at=2)
+    cancelled = await insert_job(db, status="running", attempts=1, worker_id="w1",
+                                 lease_expires_at=2, cancel_requested=True)
+    stolen = await insert_job(db, status="running", attempts=2, worker_id="w2",
+                              lease_expires_at=2)
+    finished = await insert_job(db, status="succeeded", attempts=1, worker_id="w1")
+    executions = [FakeExecution(kept, 1), FakeExecution(cancelled, 1), FakeExecution(stolen, 1),
+                  FakeExecution(finished, 1)]
+    lost: list[int] = []
+    cancel: list[int] = []
+    heartbeat = Heartbeat(
+        connect=connector(dsn), queries=QUERIES, lease=30.0,
+        registration={"worker_id": "w1", "hostname": "h", "pid": 42, "queues": [],
+                      "concurrency": 4},
+        running=lambda: executions,  # type: ignore[arg-type,return-value]
+        on_lease_lost=lambda e: lost.append(e.job.id),
+        on_cancel_requested=lambda e: cancel.append(e.job.id),
+    )
+    try:
+        await heartbeat.beat()
+    finally:
+        if heartbeat._conn is not None:
+            await heartbeat._conn.close()
+    assert sorted(lost) == sorted([stolen, finished])
+    assert cancel == [cancelled]
+    leases = await aexecute(
+        dsn,
+        "SELECT id, extract(epoch FROM lease_expires_at - now()) AS left FROM pgqueue.jobs "
+        "WHERE status = 'running' ORDER BY id",
+    )
+    remaining = {r["id"]: r["left"] for r in leases}
+    assert remaining[kept] > 25
+    assert remaining[cancelled] > 25
+    assert remaining[stolen] < 3  # not ours: untouched
+    workers = await aexecute(dsn, "SELECT id, hostname, pid, queues, concurrency FROM "
+                                  "pgqueue.workers")
+    assert workers == [{"id": "w1", "hostname": "h", "pid": 42, "queues": [],
+                        "concurrency": 4}]
+
+
+async def test_heartbeat_query_returns_the_jobs_still_held(
+    db: psycopg.AsyncConnection[Any],
+) -> None:
+    mine = await insert_job(db, status="running", attempts=3, worker_id="w1", lease_expires_at=1)
+    await insert_job(db, status="running", attempts=1, worker_id="w9", lease_expires_at=1)
+    await insert_job(db, status="queued")
+    cursor = await db.execute(QUERIES["heartbeat"], {
+        "worker_id": "w1", "hostname": "h", "pid": 1, "queues": ["a", "b"], "concurrency": 2,
+        "lease": 30.0,
+    })
+    assert await cursor.fetchall() == [(mine, 3, False)]
+    cursor = await db.execute("SELECT queues FROM pgqueue.workers WHERE id = 'w1'")
+    assert await cursor.fetchone() == (["a", "b"],)
+
+
+# -- rescuer ---------------------------------------------------------------------------------
+
+
+async def test_rescue_requeues_expired_leases_as_a_failed_attempt(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    expired = await insert_job(db, status="running", attempts=1, max_attempts=3,
+                               worker_id="ghost", lease_expires_at=-5)
+    alive = await insert_job(db, status="running", attempts=1, worker_id="w1",
+                             lease_expires_at=30)
+    async with maintenance(dsn) as service:
+        handled = await service.rescue()
+    assert handled == 1
+    stored = await arow(dsn, expired)
+    assert stored is not None
+    assert stored["status"] == "queued"
+    assert stored["attempts"] == 1  # the lost attempt counts
+    assert stored["worker_id"] is None
+    assert stored["lease_expires_at"] is None
+    assert "lease expired" in stored["last_error"]
+    ready = await aexecute(dsn, "SELECT run_at <= now() AS ready FROM pgqueue.jobs WHERE id = %s",
+                           (expired,))
+    assert ready == [{"ready": True}]  # at once, no backoff
+    assert (await arow(dsn, alive) or {})["status"] == "running"
+
+
+async def test_rescue_sends_jobs_with_spent_attempts_to_dead_jobs(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    job_id = await insert_job(db, status="running", attempts=3, max_attempts=3,
+                              worker_id="ghost", lease_expires_at=-5,
+                              idempotency_key="k-1", meta='{"a": 1}')
+    async with maintenance(dsn) as service:
+        assert await service.rescue() == 1
+    assert await arow(dsn, job_id) is None
+    dead = await arow(dsn, job_id, "dead_jobs")
+    assert dead is not None
+    assert "lease expired" in dead["error"]
+    assert (dead["attempts"], dead["idempotency_key"], dead["meta"]) == (3, "k-1", {"a": 1})
+
+
+async def test_rescue_of_a_job_being_cancelled_cancels_it(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    job_id = await insert_job(db, status="running", attempts=1, worker_id="ghost",
+                              lease_expires_at=-5, cancel_requested=True)
+    async with maintenance(dsn) as service:
+        assert await service.rescue() == 1
+    stored = await arow(dsn, job_id)
+    assert stored is not None
+    assert stored["status"] == "cancelled"
+    assert stored["finished_at"] is not None
+
+
+def fragile_task(q: Queue) -> tuple[list[int], asyncio.Event]:
+    """A task whose first attempt hangs until cancelled and whose second one succeeds."""
+    attempts: list[int] = []
+    first_cancelled = asyncio.Event()
+
+    @q.task(name="fragile")
+    async def fragile(ctx: JobContext) -> str:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                first_cancelled.set()
+                raise
+        return f"attempt {ctx.attempt}"
+
+    return attempts, first_cancelled
+
+
+async def lose_lease(dsn: str, job_id: int) -> None:
+    """What the database looks like after this worker's lease ran out and another worker
+    took the job over: it no longer belongs to us, and its lease has expired."""
+    await aexecute(dsn, "UPDATE pgqueue.jobs SET worker_id = 'ghost', "
+                        "lease_expires_at = now() - interval '1 second' WHERE id = %s",
+                   (job_id,))
+
+
+async def test_heartbeat_stops_an_attempt_whose_lease_was_lost(q: Queue, dsn: str) -> None:
+    attempts, first_cancelled = fragile_task(q)
+    job = await q.get_task("fragile").enqueue_async()
+    async with background_worker(q, lease=3, rescue_interval=3600):
+        await async_wait_until(lambda: attempts == [1], timeout=10)
+        await lose_lease(dsn, job.id)
+        # Within one heartbeat (1 s) the worker notices and stops attempt 1...
+        await asyncio.wait_for(first_cancelled.wait(), 5)
+        assert (await arow(dsn, job.id) or {})["worker_id"] == "ghost"  # ...writing nothing
+        # ...and once rescued, the job runs again.
+        async with maintenance(dsn) as service:
+            assert await service.rescue() == 1
+        stored = await async_wait_until(lambda: _succeeded(dsn, job.id), timeout=10)
+    assert attempts == [1, 2]
+    assert stored["result"] == "attempt 2"
+    assert stored["attempts"] == 2
+    assert "lease expired" in stored["last_error"]
+
+
+async def test_reclaiming_a_job_stops_the_attempt_this_worker_still_runs(
+    q: Queue, dsn: str
+) -> None:
+    """The rescuer requeues the job and this same worker claims it again before its next
+    heartbeat: the stale first attempt must be stopped, not left running unseen (outside
+    the concurrency count, never released)."""
+    attempts, first_cancelled = fragile_task(q)
+    job = await q.get_task("fragile").enqueue_async()
+    async with background_worker(q, lease=30, rescue_interval=0.1) as worker:
+        await async_wait_until(lambda: attempts == [1], timeout=10)
+        await lose_lease(dsn, job.id)
+        stored = await async_wait_until(lambda: _succeeded(dsn, job.id), timeout=10)
+        await asyncio.wait_for(first_cancelled.wait(), 5)
+        await async_wait_until(lambda: not worker.executions, timeout=5)
+    assert attempts == [1, 2]
+    assert stored["result"] == "attempt 2"
+
+
+async def _succeeded(dsn: str, job_id: int) -> dict[str, Any] | None:
+    stored = await arow(dsn, job_id)
+    return stored if stored and stored["status"] == "succeeded" else None
+
+
+# -- pruner ----------------------------------------------------------------------------------
+
+
+async def test_prune_deletes_finished_jobs_past_their_result_ttl(
+    q: Queue, dsn: str, db: psycopg.AsyncConnection[Any]
+) -> None:
+    @q.task(name="quick", max_attempts=1)
+    def quick(fail: bool = False) -> int:
+        if fail:
+            raise RuntimeError("dies")
+        return 1
+
+    short = [await quick.using(result_ttl=0).enqueue_async() for _ in range(3)]
+    kept = await quick.enqueue_async()  # default result_ttl: a day
+    dead = await quick.using(result_ttl=0).enqueue_async(fail=True)
+    cancelled = await quick.using(result_ttl=0, run_in=3600).enqueue_async()
+    await asyncio.to_thread(cancelled.cancel)
+    waiting = await quick.using(result_ttl=0, run_in=3600).enqueue_async()
+    await run_burst(q)
+    await asyncio.sleep(0.01)  # finished_at < now() needs a later transaction clock
+
+    async with maintenance(dsn) as service:
+        assert await service.prune() == 4  # three succeeded and one cancelled
+    for job in short:
+        assert await arow(dsn, job.id) is None
+    assert await arow(dsn, cancelled.id) is None
+    assert (await arow(dsn, kept.id) or {})["status"] == "succeeded"
+    assert await arow(dsn, dead.id, "dead_jobs") is not None
+    assert (await arow(dsn, waiting.id) or {})["status"] == "queued"
+    assert await q.get_job_async(short[0].id) is None
+
+
+async def test_prune_removes_worker_rows_that_stopped_heartbeating(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    await db.execute(
+        "INSERT INTO pgqueue.workers (id, hostname, pid, concurrency, lease_expires_at) VALUES "
+        "('stale', 'h', 1, 1, now() - interval '1 hour'), "
+        "('fresh', 'h', 2, 1, now() + interval '30 seconds')"
+    )
+    async with maintenance(dsn) as service:
+        await service.prune()
+    assert await aexecute(dsn, "SELECT id FROM pgqueue.workers") == [{"id": "fresh"}]
