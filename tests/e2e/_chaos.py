@@ -365,8 +365,9 @@ class NetworkLab:
 
     Addresses come from 10.213.0.0/16, a /30 per lab, and exist only inside the two
     namespaces this lab creates. :meth:`cut` takes the database host's end of the link
-    down: the worker host's end keeps its address and route but every packet it sends is
-    silently dropped, as on a real partition (no error, no RST; only timeouts tell).
+    down. The worker host's end keeps its address, its route and (a permanent entry) its
+    neighbour's hardware address, so every packet it sends is silently dropped, as on a
+    real partition: no error, no RST, no "no route to host"; only timeouts tell.
     """
 
     def __init__(self) -> None:
@@ -380,6 +381,8 @@ class NetworkLab:
         self.db_address = f"10.213.{third}.{fourth + 1}"
         self.worker_address = f"10.213.{third}.{fourth + 2}"
         self.network = f"10.213.{third}.{fourth}/30"
+        self.db_mac = f"02:00:0a:d5:{third:02x}:{fourth + 1:02x}"
+        self.worker_mac = f"02:00:0a:d5:{third:02x}:{fourth + 2:02x}"
         self._created: list[Callable[[], Any]] = []
 
     def create(self) -> NetworkLab:
@@ -388,13 +391,20 @@ class NetworkLab:
             self._created.append(lambda ns=ns: _ip("netns", "del", ns, check=False))
             _ip("-n", ns, "link", "set", "lo", "up")
         # Created directly inside the namespaces: nothing touches the host's own links.
-        _ip("-n", self.db_ns, "link", "add", self.db_link, "type", "veth",
-            "peer", "name", self.worker_link, "netns", self.worker_ns)
+        _ip("-n", self.db_ns, "link", "add", self.db_link, "address", self.db_mac,
+            "type", "veth", "peer", "name", self.worker_link, "address", self.worker_mac,
+            "netns", self.worker_ns)
         self._created.append(lambda: _ip("-n", self.db_ns, "link", "del", self.db_link,
                                          check=False))
         _ip("-n", self.db_ns, "addr", "add", f"{self.db_address}/30", "dev", self.db_link)
         _ip("-n", self.worker_ns, "addr", "add", f"{self.worker_address}/30", "dev",
             self.worker_link)
+        # Permanent neighbour entries: with the link cut, ARP would fail after ~3 s and
+        # turn the silence into "no route to host" errors.
+        _ip("-n", self.db_ns, "neigh", "replace", self.worker_address, "lladdr",
+            self.worker_mac, "dev", self.db_link, "nud", "permanent")
+        _ip("-n", self.worker_ns, "neigh", "replace", self.db_address, "lladdr",
+            self.db_mac, "dev", self.worker_link, "nud", "permanent")
         _ip("-n", self.db_ns, "link", "set", self.db_link, "up")
         _ip("-n", self.worker_ns, "link", "set", self.worker_link, "up")
         return self
