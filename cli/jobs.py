@@ -121,14 +121,19 @@ def cancel_job(
     """Cancel a job: a queued one at once, a running one at its next heartbeat."""
     context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
     with context.session() as queue:
-        job = queue.cancel_job(job_id)
+        # Read first so that "already finished" can be told apart from "cancelled now".
+        before = queue.get_job(job_id)
+        if before is None:
+            raise CommandError(f"no job with id {job_id}")
+        job = before if before.finished else queue.cancel_job(job_id)
     if context.json:
         print_json(job.to_dict())
-    elif job.status == "cancelled":
-        typer.echo(f"Cancelled {job_summary(job)}")
-    elif job.cancel_requested:
-        typer.echo(f"Cancellation requested for {job_summary(job)}")
-    else:
+    elif before.finished:
         typer.echo(f"Nothing to cancel: {job_summary(job)}")
         if job.status == "dead":
             typer.echo(f"Last error: {last_line(job.error)}")
+    elif job.status == "cancelled":
+        typer.echo(f"Cancelled {job_summary(job)}")
+    else:
+        typer.echo(f"Cancellation requested for {job_summary(job)} (the worker stops it "
+                   "at its next heartbeat)")

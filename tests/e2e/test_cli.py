@@ -1,0 +1,456 @@
+"""End-to-end tests of the ``pgq`` command line: real ``pgq`` processes, real databases.
+
+Every test runs the installed console script in a subprocess with a clean environment
+(no ``PGQUEUE_DSN``/``DATABASE_URL``/``PGQUEUE_APP`` leaking in from the developer's
+shell), against the database of the ``dsn`` fixture (migrated) or ``empty_dsn``.
+Worker tests import their tasks from ``tests/e2e/apps/cli_tasks.py``, which is why the
+repository root goes on the subprocess's ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests._database import find_psql
+from tests._polling import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+APP = "tests.e2e.apps.cli_tasks:queue"
+TIMEOUT = 120
+# An address nothing listens on: connection refused at once.
+UNREACHABLE_DSN = "postgresql://postgres@127.0.0.1:1/nothing"
+JOB_KEYS = {
+    "id", "queue", "task", "args", "kwargs", "status", "priority", "run_at", "attempts",
+    "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
+    "result", "meta", "created_at", "started_at", "finished_at",
+}
+STATS_KEYS = {
+    "queue", "queued", "scheduled", "running", "succeeded", "dead", "oldest_queued_age_seconds",
+}
+WORKER_KEYS = {
+    "id", "hostname", "pid", "queues", "concurrency", "started_at", "last_heartbeat_at",
+    "status",
+}
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
+
+
+def pgq_executable() -> str:
+    """The ``pgq`` console script of this interpreter's environment."""
+    beside = Path(sys.executable).with_name("pgq")
+    found = str(beside) if beside.exists() else shutil.which("pgq")
+    if found is None:
+        pytest.fail("the pgq console script is not installed (pip install -e '.[dev]')")
+    return found
+
+
+def clean_environment() -> dict[str, str]:
+    """This process's environment without pgqueue's settings, plus the repo on PYTHONPATH."""
+    env = {
+        key: value for key, value in os.environ.items()
+        if key not in {"PGQUEUE_DSN", "DATABASE_URL", "PGQUEUE_APP", "PGQUEUE_SCHEMA"}
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["COLUMNS"] = "120"
+    return env
+
+
+def pgq(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``pgq ARGS`` to completion and return its result (never raises on failure)."""
+    return subprocess.run(
+        [pgq_executable(), *args], capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or REPO, env=env or clean_environment(), check=False,
+    )
+
+
+def ok(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``pgq ARGS`` and insist that it succeeded."""
+    result = pgq(*args, **kwargs)
+    assert result.returncode == 0, (
+        f"pgq {' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\n"
+        f"stderr:\n{result.stderr}"
+    )
+    return result
+
+
+def json_of(*args: str, **kwargs: Any) -> Any:
+    """Run ``pgq ARGS --json`` and parse its stdout."""
+    return json.loads(ok(*args, "--json", **kwargs).stdout)
+
+
+def stderr_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """Non-zero exit, exactly one stderr line ``error: …`` containing every fragment."""
+    lines = stderr_lines(result)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def enqueue(dsn: str, task: str, *options: str) -> dict[str, Any]:
+    job: dict[str, Any] = json_of("enqueue", task, *options, "--dsn", dsn)
+    return job
+
+
+def run_burst_worker(dsn: str, *options: str) -> subprocess.CompletedProcess[str]:
+    return ok("worker", "-A", APP, "--dsn", dsn, "--burst", *options)
+
+
+# -- migrate ---------------------------------------------------------------------------
+
+
+def test_migrate_twice_is_idempotent(empty_dsn: str) -> None:
+    first = ok("migrate", "--dsn", empty_dsn)
+    second = ok("migrate", "--dsn", empty_dsn)
+    assert "up to date" in first.stdout
+    assert "up to date" in second.stdout
+    assert json_of("stats", "--dsn", empty_dsn) == []
+
+
+def test_migrate_sql_needs_no_database_and_runs_through_psql(empty_dsn: str) -> None:
+    # No --dsn and no DSN in the environment: printing the SQL must not need a database.
+    ddl = ok("migrate", "--sql").stdout
+    assert "CREATE TABLE" in ddl
+    subprocess.run(
+        [find_psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", empty_dsn, "-f", "-"],
+        input=ddl, text=True, capture_output=True, check=True, timeout=TIMEOUT,
+    )
+    # The database is now at the head revision: commands that check the schema work,
+    # and migrate has nothing left to do.
+    assert json_of("stats", "--dsn", empty_dsn) == []
+    ok("migrate", "--dsn", empty_dsn)
+
+
+def test_custom_schema_end_to_end(empty_dsn: str) -> None:
+    ok("migrate", "--dsn", empty_dsn, "--schema", "cli_jobs")
+    job = enqueue(empty_dsn, "add", "--args", "[20, 22]", "--schema", "cli_jobs")
+    run_burst_worker(empty_dsn, "--schema", "cli_jobs")
+    shown = json_of("jobs", "show", str(job["id"]), "--dsn", empty_dsn, "--schema", "cli_jobs")
+    assert (shown["status"], shown["result"]) == ("succeeded", 42)
+    # The default schema was never created in this database.
+    result = pgq("stats", "--dsn", empty_dsn)
+    assert_one_line_error(result, "run pgq migrate")
+
+
+# -- worker ----------------------------------------------------------------------------
+
+
+def test_burst_worker_runs_jobs_enqueued_with_pgq_enqueue(dsn: str) -> None:
+    added = enqueue(dsn, "add", "--args", "[2, 3]", "-A", APP)
+    echoed = enqueue(dsn, "async_echo", "--kwargs", '{"value": {"hello": "world"}}')
+    later = enqueue(dsn, "add", "--args", "[1, 1]", "--run-in", "1h")
+    assert (added["status"], later["status"]) == ("queued", "scheduled")
+
+    worker = run_burst_worker(dsn, "--concurrency", "2", "--lease", "30s")
+
+    assert json_of("jobs", "show", str(added["id"]), "--dsn", dsn)["result"] == 5
+    assert json_of("jobs", "show", str(echoed["id"]), "--dsn", dsn)["result"] == {
+        "hello": "world"
+    }
+    # --burst leaves jobs that are not due yet for other workers.
+    assert json_of("jobs", "show", str(later["id"]), "--dsn", dsn)["status"] == "scheduled"
+    lines = stderr_lines(worker)
+    assert lines and all(LOG_LINE.match(line) for line in lines), worker.stderr
+    assert any("started" in line for line in lines)
+
+
+def test_worker_logs_structured_fields(dsn: str) -> None:
+    job = enqueue(dsn, "doomed")
+    worker = run_burst_worker(dsn)
+    dead_lines = [line for line in stderr_lines(worker) if f"job_id={job['id']}" in line]
+    assert dead_lines, worker.stderr
+    assert " ERROR " in dead_lines[0] and "task=doomed" in dead_lines[0]
+
+
+def test_worker_reads_app_from_environment(dsn: str) -> None:
+    job = enqueue(dsn, "add", "--args", "[4, 5]")
+    env = clean_environment() | {"PGQUEUE_APP": APP}
+    ok("worker", "--dsn", dsn, "--burst", env=env)
+    assert json_of("jobs", "show", str(job["id"]), "--dsn", dsn)["result"] == 9
+
+
+def test_worker_without_app_is_a_usage_error(dsn: str) -> None:
+    result = pgq("worker", "--dsn", dsn, "--burst")
+    assert result.returncode == 2
+    assert "PGQUEUE_APP" in result.stderr and "Usage:" in result.stderr
+
+
+def test_worker_with_unknown_module_fails_in_one_line(dsn: str) -> None:
+    result = pgq("worker", "-A", "tests.e2e.apps.no_such_module:queue", "--dsn", dsn)
+    assert_one_line_error(result, "no_such_module")
+
+
+def test_worker_refuses_unmigrated_schema(empty_dsn: str) -> None:
+    result = pgq("worker", "-A", APP, "--dsn", empty_dsn, "--burst")
+    assert_one_line_error(result, "run pgq migrate")
+
+
+def test_worker_malformed_dsn_fails_at_once() -> None:
+    result = pgq("worker", "-A", APP, "--dsn", "mysql://root@localhost/db", timeout=30)
+    assert_one_line_error(result, "malformed DSN")
+
+
+def test_worker_retries_unreachable_database_then_fails() -> None:
+    result = pgq("worker", "-A", APP, "--dsn", UNREACHABLE_DSN, "--connect-timeout", "2s")
+    lines = stderr_lines(result)
+    assert result.returncode != 0
+    assert lines[-1].startswith("error: ") and "could not connect" in lines[-1], lines
+    retries = [line for line in lines[:-1] if "Cannot connect to the database" in line]
+    assert len(retries) >= 2, result.stderr  # each attempt is logged
+
+
+def test_worker_invalid_duration_fails_in_one_line(dsn: str) -> None:
+    result = pgq("worker", "-A", APP, "--dsn", dsn, "--lease", "soon")
+    assert_one_line_error(result, "soon")
+
+
+def test_workers_lists_a_running_worker_then_sigterm_drains(dsn: str) -> None:
+    process = subprocess.Popen(
+        [pgq_executable(), "worker", "-A", APP, "--dsn", dsn, "--queues", "a,b",
+         "--concurrency", "3", "--poll-interval", "1s"],
+        cwd=REPO, env=clean_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        rows = wait_until(lambda: json_of("workers", "--dsn", dsn), timeout=60)
+        assert len(rows) == 1
+        assert set(rows[0]) >= WORKER_KEYS
+        assert rows[0]["queues"] == ["a", "b"]
+        assert (rows[0]["concurrency"], rows[0]["status"]) == (3, "alive")
+        assert rows[0]["pid"] == process.pid
+        human = ok("workers", "--dsn", dsn).stdout
+        assert rows[0]["id"] in human
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert json_of("workers", "--dsn", dsn) == []
+
+
+# -- connection errors -----------------------------------------------------------------
+
+
+def test_missing_dsn_names_every_source() -> None:
+    result = pgq("stats")
+    line = assert_one_line_error(result)
+    for source in ("--dsn", "PGQUEUE_DSN", "DATABASE_URL", "--embedded"):
+        assert source in line
+
+
+def test_bad_dsn_is_one_line() -> None:
+    assert_one_line_error(pgq("jobs", "list", "--dsn", "mysql://x@y/z"), "malformed DSN")
+    assert_one_line_error(pgq("stats", "--dsn", "host=x port=1 nonsense"), "malformed DSN")
+
+
+def test_unreachable_database_fails_at_once_for_other_commands() -> None:
+    result = pgq("stats", "--dsn", UNREACHABLE_DSN, timeout=30)
+    assert_one_line_error(result, "cannot reach the database")
+
+
+def test_dsn_before_the_command_works_too(dsn: str) -> None:
+    rows = json.loads(ok("--dsn", dsn, "stats", "--json").stdout)
+    assert rows == []
+
+
+def test_dsn_and_embedded_together_is_a_usage_error(dsn: str) -> None:
+    result = pgq("stats", "--dsn", dsn, "--embedded")
+    assert result.returncode == 2 and "Usage:" in result.stderr
+
+
+# -- enqueue and jobs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--args", "[1,"), ("--args", '{"a": 1}'), ("--kwargs", "[1]"), ("--kwargs", "nope")],
+)
+def test_invalid_json_arguments_are_one_line(dsn: str, option: str, value: str) -> None:
+    result = pgq("enqueue", "add", option, value, "--dsn", dsn)
+    assert_one_line_error(result, option)
+    assert json_of("jobs", "list", "--dsn", dsn) == []
+
+
+def test_registered_task_validates_arguments_with_app(dsn: str) -> None:
+    result = pgq("enqueue", "add", "--args", '["x", 1]', "-A", APP, "--dsn", dsn)
+    assert_one_line_error(result, "add")
+    assert json_of("jobs", "list", "--dsn", dsn) == []
+
+
+def test_enqueue_options_and_json_shape(dsn: str) -> None:
+    job = enqueue(
+        dsn, "add", "--args", "[1, 2]", "--queue", "high", "--priority", "7",
+        "--max-attempts", "5", "--idempotency-key", "once", "--run-in", "15m",
+    )
+    assert set(job) >= JOB_KEYS
+    assert (job["queue"], job["priority"], job["max_attempts"]) == ("high", 7, 5)
+    assert (job["status"], job["idempotency_key"], job["args"]) == ("scheduled", "once", [1, 2])
+    again = enqueue(dsn, "add", "--args", "[1, 2]", "--idempotency-key", "once")
+    assert again["id"] == job["id"]
+    human = ok("enqueue", "add", "--args", "[3, 4]", "--dsn", dsn).stdout
+    assert re.match(r"^Enqueued job \d+ queued: add on queue 'default'$", human.strip())
+
+
+def test_jobs_list_filters_and_json_shape(dsn: str) -> None:
+    first = enqueue(dsn, "add", "--args", "[1, 2]", "--queue", "q1")
+    second = enqueue(dsn, "async_echo", "--args", "[1]", "--queue", "q2")
+    listed = json_of("jobs", "list", "--dsn", dsn)
+    assert [job["id"] for job in listed] == [second["id"], first["id"]]
+    assert all(set(job) >= JOB_KEYS for job in listed)
+    assert [j["id"] for j in json_of("jobs", "list", "--queue", "q1", "--dsn", dsn)] == [
+        first["id"]
+    ]
+    assert [j["id"] for j in json_of("jobs", "list", "--task", "async_echo", "--dsn", dsn)] == [
+        second["id"]
+    ]
+    assert json_of("jobs", "list", "--status", "succeeded", "--dsn", dsn) == []
+    assert len(json_of("jobs", "list", "--limit", "1", "--dsn", dsn)) == 1
+    human = ok("jobs", "list", "--dsn", dsn).stdout
+    assert "async_echo" in human and "q1" in human
+    assert_one_line_error(pgq("jobs", "list", "--status", "bogus", "--dsn", dsn), "bogus")
+
+
+def test_jobs_show_unknown_id_is_one_line(dsn: str) -> None:
+    assert_one_line_error(pgq("jobs", "show", "424242", "--dsn", dsn), "424242")
+
+
+def test_jobs_show_non_numeric_id_is_a_usage_error(dsn: str) -> None:
+    result = pgq("jobs", "show", "abc", "--dsn", dsn)
+    assert result.returncode == 2 and "Usage:" in result.stderr
+
+
+def test_jobs_cancel(dsn: str) -> None:
+    job = enqueue(dsn, "add", "--args", "[1, 2]", "--run-in", "1h")
+    cancelled = json_of("jobs", "cancel", str(job["id"]), "--dsn", dsn)
+    assert cancelled["status"] == "cancelled"
+    human = ok("jobs", "cancel", str(job["id"]), "--dsn", dsn).stdout
+    assert "Nothing to cancel" in human
+    assert_one_line_error(pgq("jobs", "cancel", "424242", "--dsn", dsn), "424242")
+
+
+# -- dead jobs -------------------------------------------------------------------------
+
+
+def test_dead_list_retry_and_purge(dsn: str) -> None:
+    keyed = enqueue(dsn, "doomed", "--idempotency-key", "k1", "--queue", "mail")
+    plain = enqueue(dsn, "doomed", "--queue", "mail")
+    other = enqueue(dsn, "doomed", "--queue", "other")
+    run_burst_worker(dsn)
+
+    dead = json_of("dead", "list", "--dsn", dsn)
+    assert {job["id"] for job in dead} == {keyed["id"], plain["id"], other["id"]}
+    assert all(set(job) >= JOB_KEYS and job["status"] == "dead" for job in dead)
+    assert {job["id"] for job in json_of("dead", "list", "--queue", "other", "--dsn", dsn)} == {
+        other["id"]
+    }
+    assert "doomed on purpose" in ok("dead", "list", "--dsn", dsn).stdout
+
+    # A newer live job holds k1: retrying the dead one is refused, one line, exit 1.
+    holder = enqueue(dsn, "add", "--args", "[1, 1]", "--idempotency-key", "k1")
+    assert holder["id"] != keyed["id"]
+    refused = pgq("dead", "retry", str(keyed["id"]), "--dsn", dsn)
+    assert_one_line_error(refused, str(keyed["id"]), "idempotency key")
+    assert json_of("jobs", "show", str(keyed["id"]), "--dsn", dsn)["status"] == "dead"
+
+    retried = ok("dead", "retry", str(plain["id"]), "--dsn", dsn)
+    assert str(plain["id"]) in retried.stdout
+    revived = json_of("jobs", "show", str(plain["id"]), "--dsn", dsn)
+    assert (revived["status"], revived["attempts"]) == ("queued", 0)
+
+    assert_one_line_error(pgq("dead", "retry", "424242", "--dsn", dsn), "424242")
+
+    # --all reports the refused job but is not an error; --queue narrows it.
+    outcome = json_of("dead", "retry", "--all", "--queue", "mail", "--dsn", dsn)
+    assert outcome["retried"] == []
+    assert [item["id"] for item in outcome["refused"]] == [keyed["id"]]
+    usage = pgq("dead", "retry", "--dsn", dsn)
+    assert usage.returncode == 2
+
+    # Purge: nothing is a week old; everything is older than zero seconds.
+    assert json_of("dead", "purge", "--older-than", "7d", "--dsn", dsn) == {"purged": 0}
+    assert json_of(
+        "dead", "purge", "--older-than", "0", "--queue", "other", "--dsn", dsn
+    ) == {"purged": 1}
+    purged = ok("dead", "purge", "--older-than", "0s", "--dsn", dsn)
+    assert "Purged 1 dead job" in purged.stdout
+    assert json_of("dead", "list", "--dsn", dsn) == []
+    assert_one_line_error(
+        pgq("dead", "purge", "--older-than", "a week", "--dsn", dsn), "a week"
+    )
+
+
+# -- stats -----------------------------------------------------------------------------
+
+
+def test_stats_json_shape(dsn: str) -> None:
+    enqueue(dsn, "add", "--args", "[1, 2]", "--queue", "q1")
+    enqueue(dsn, "add", "--args", "[1, 2]", "--queue", "q1", "--run-in", "1h")
+    enqueue(dsn, "doomed", "--queue", "q2")
+    ok("worker", "-A", APP, "--dsn", dsn, "--burst", "--queues", "q2")
+    rows = {row["queue"]: row for row in json_of("stats", "--dsn", dsn)}
+    assert set(rows) == {"q1", "q2"}
+    assert all(set(row) >= STATS_KEYS for row in rows.values())
+    assert (rows["q1"]["queued"], rows["q1"]["scheduled"]) == (1, 1)
+    assert rows["q1"]["oldest_queued_age_seconds"] >= 0
+    assert (rows["q2"]["dead"], rows["q2"]["queued"]) == (1, 0)
+    human = ok("stats", "--dsn", dsn).stdout
+    assert "q1" in human and "oldest queued" in human
+
+
+# -- demo ------------------------------------------------------------------------------
+
+
+def check_demo_summary(summary: dict[str, Any], jobs: int) -> None:
+    assert summary["jobs"] == jobs
+    assert summary["unfinished"] == 0
+    assert summary["succeeded"] + summary["dead"] == jobs
+    assert summary["dead"] >= 1
+    assert summary["retried"] > summary["dead"]  # the flaky ones, and the doomed ones
+    assert summary["jobs_per_second"] > 0
+
+
+def test_demo_with_dsn(dsn: str) -> None:
+    summary = json_of("demo", "--jobs", "300", "--dsn", dsn)
+    check_demo_summary(summary, 300)
+    # A second run uses a fresh queue, so its counts are its own.
+    check_demo_summary(json_of("demo", "--jobs", "300", "--dsn", dsn), 300)
+
+
+def test_demo_embedded_in_a_fresh_directory(tmp_path: Path) -> None:
+    result = ok("demo", "--jobs", "300", "--embedded", "--concurrency", "8", cwd=tmp_path)
+    assert (tmp_path / ".pgqueue").is_dir()
+    out = result.stdout
+    assert "pgqueue demo: summary" in out
+    for label in ("Jobs", "Succeeded", "Retried", "Dead", "Elapsed", "Throughput"):
+        assert re.search(rf"^{label}\s", out, re.MULTILINE), (label, out)
+    assert re.search(r"^Jobs\s+300\b", out, re.MULTILINE), out
+
+
+def test_demo_falls_back_to_embedded_without_configuration(tmp_path: Path) -> None:
+    summary = json_of("demo", "--jobs", "50", cwd=tmp_path)
+    check_demo_summary(summary, 50)
+    assert (tmp_path / ".pgqueue").is_dir()
+
+
+def test_human_output_is_not_json(dsn: str) -> None:
+    enqueue(dsn, "add", "--args", "[1, 2]")
+    for command in (["stats"], ["jobs", "list"], ["dead", "list"], ["workers"]):
+        out = ok(*command, "--dsn", dsn).stdout
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(out)
+
