@@ -1,0 +1,64 @@
+"""The benchmark scripts keep working: each runs with a tiny N and prints its JSON line.
+
+Benchmarks are not timed tests: nothing here checks a rate or a latency, only that every
+script runs end to end against the test database (``--dsn``), exits 0 and prints one
+JSON line on stdout with the keys the docs and the performance page rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+CASES = {
+    "throughput": (
+        ["--jobs", "500", "--reps", "1"],
+        {"drain_per_s", "enqueue_per_s", "duplicates", "missing", "complete", "runs", "machine"},
+    ),
+    "latency": (
+        ["--jobs", "20", "--gap", "0.01", "--warmup", "0.3"],
+        {"p50_ms", "p99_ms", "max_ms", "enqueue_call_p50_ms", "missing", "complete"},
+    ),
+    "bulk_enqueue": (
+        ["--jobs", "2000", "--reps", "1"],
+        {"annotated_per_s", "plain_per_s", "raw_minimal_per_s", "raw_shaped_per_s",
+         "annotated_vs_raw_minimal", "plain_vs_raw_shaped"},
+    ),
+    "scaling": (
+        ["--jobs", "600", "--processes", "1,2", "--reps", "1"],
+        {"results", "does_not_fall"},
+    ),
+    "large_table": (
+        ["--finished", "20000", "--claims", "50", "--pinned-claims", "5"],
+        {"empty_p50_ms", "large_p50_ms", "large_vs_empty_p50", "flat", "pinned_p50_ms",
+         "released_p50_ms", "phases"},
+    ),
+    "soak": (
+        ["--minutes", "0.2", "--rate", "200"],
+        {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end",
+         "jobs_mb_max", "drained"},
+    ),
+}
+
+
+@pytest.mark.parametrize("script", sorted(CASES))
+def test_benchmark_runs_and_prints_its_json_line(script: str, dsn: str) -> None:
+    args, keys = CASES[script]
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{script}.py"), "--dsn", dsn, *args],
+        capture_output=True, text=True, timeout=180, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout[-2000:]
+    result = json.loads(lines[0])
+    assert result["benchmark"] == script
+    assert keys <= result.keys(), sorted(keys - result.keys())
+    assert result.get("duplicates", 0) == 0
+    assert result.get("missing", 0) == 0
