@@ -11,14 +11,15 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from pgqueue.cli import dead, demo, enqueue, jobs, migrate, monitoring, worker
-from pgqueue.cli.context import CliContext
-from pgqueue.cli.errors import one_line_error
-from pgqueue.cli.logs import configure_logging
-from pgqueue.cli.options import DsnOption, EmbeddedOption, SchemaOption
 from typer.core import TyperGroup
 
 import pgqueue
+
+from . import dead, demo, enqueue, jobs, migrate, monitoring, worker
+from .context import CliContext
+from .errors import one_line_error
+from .logs import configure_logging
+from .options import DsnOption, EmbeddedOption, SchemaOption
 
 
 class PgqGroup(TyperGroup):

@@ -13,10 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import typer
-from pgqueue.cli.loading import load_queue
 
 from pgqueue import Queue
 from pgqueue.settings import EMBEDDED
+
+from .loading import load_queue
 
 
 @dataclass(frozen=True)

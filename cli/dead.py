@@ -6,8 +6,11 @@ import sys
 from typing import Annotated
 
 import typer
-from pgqueue.cli.context import cli_context
-from pgqueue.cli.options import (
+
+from pgqueue.settings import parse_duration
+
+from .context import cli_context
+from .options import (
     DsnOption,
     EmbeddedOption,
     JsonOption,
@@ -15,9 +18,7 @@ from pgqueue.cli.options import (
     QueueFilterOption,
     SchemaOption,
 )
-from pgqueue.cli.output import last_line, print_json, print_table, when
-
-from pgqueue.settings import parse_duration
+from .output import last_line, print_json, print_table, when
 
 app = typer.Typer(
     help="Inspect, retry and purge dead jobs.", no_args_is_help=True, rich_markup_mode=None

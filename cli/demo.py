@@ -20,11 +20,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pgqueue.cli import demo_tasks
-from pgqueue.cli.context import CliContext, cli_context
-from pgqueue.cli.logs import configure_logging
-from pgqueue.cli.options import DsnOption, EmbeddedOption, JsonOption, SchemaOption
-from pgqueue.cli.output import print_json
 from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console, Group
 from rich.live import Live
@@ -43,6 +38,12 @@ from rich.text import Text
 from pgqueue import ConfigurationError, Queue, Task
 from pgqueue.settings import EMBEDDED, resolve_dsn
 from pgqueue.worker.runner import Worker, WorkerSettings
+
+from . import demo_tasks
+from .context import CliContext, cli_context
+from .logs import configure_logging
+from .options import DsnOption, EmbeddedOption, JsonOption, SchemaOption
+from .output import print_json
 
 # How the sample jobs are split (per mille); the fast async task takes the rest.
 MIX: list[tuple[Task[Any, Any], int, str]] = [

@@ -11,10 +11,11 @@ import json
 from typing import Annotated, Any
 
 import typer
-from pgqueue.cli.context import cli_context
-from pgqueue.cli.errors import CommandError
-from pgqueue.cli.options import AppOption, DsnOption, EmbeddedOption, JsonOption, SchemaOption
-from pgqueue.cli.output import job_summary, print_json
+
+from .context import cli_context
+from .errors import CommandError
+from .options import AppOption, DsnOption, EmbeddedOption, JsonOption, SchemaOption
+from .output import job_summary, print_json
 
 
 def parse_json_option(text: str, option: str, expected: type[list[Any] | dict[str, Any]]) -> Any:

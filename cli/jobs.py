@@ -6,9 +6,12 @@ import json
 from typing import Annotated
 
 import typer
-from pgqueue.cli.context import cli_context
-from pgqueue.cli.errors import CommandError
-from pgqueue.cli.options import (
+
+from pgqueue import Job
+
+from .context import cli_context
+from .errors import CommandError
+from .options import (
     DsnOption,
     EmbeddedOption,
     JsonOption,
@@ -16,7 +19,7 @@ from pgqueue.cli.options import (
     QueueFilterOption,
     SchemaOption,
 )
-from pgqueue.cli.output import (
+from .output import (
     attempts,
     console,
     job_summary,
@@ -26,13 +29,11 @@ from pgqueue.cli.output import (
     when,
 )
 
-from pgqueue import Job
-
 app = typer.Typer(
     help="List, inspect and cancel jobs.", no_args_is_help=True, rich_markup_mode=None
 )
 
-JobId = Annotated[int, typer.Argument(help="The job's id.", show_default=False)]
+JobId = Annotated[int, typer.Argument(help="The job's id.", show_default=False, metavar="ID")]
 
 
 @app.command("list")

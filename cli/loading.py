@@ -11,9 +11,9 @@ import os
 import sys
 from types import ModuleType
 
-from pgqueue.cli.errors import CommandError
-
 from pgqueue import Queue
+
+from .errors import CommandError
 
 
 def _import(module_name: str, spec: str) -> ModuleType:

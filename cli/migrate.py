@@ -6,8 +6,9 @@ import sys
 from typing import Annotated
 
 import typer
-from pgqueue.cli.context import cli_context
-from pgqueue.cli.options import DsnOption, EmbeddedOption, SchemaOption
+
+from .context import cli_context
+from .options import DsnOption, EmbeddedOption, SchemaOption
 
 
 def migrate(

@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import typer
-from pgqueue.cli.context import cli_context
-from pgqueue.cli.options import DsnOption, EmbeddedOption, JsonOption, SchemaOption
-from pgqueue.cli.output import json_ready, print_json, print_table, when
+
+from .context import cli_context
+from .options import DsnOption, EmbeddedOption, JsonOption, SchemaOption
+from .output import json_ready, print_json, print_table, when
 
 STAT_COLUMNS = ("queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead")
 

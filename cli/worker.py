@@ -13,10 +13,11 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from pgqueue.cli.context import cli_context
-from pgqueue.cli.loading import load_queue
-from pgqueue.cli.logs import configure_logging
-from pgqueue.cli.options import AppOption, DsnOption, EmbeddedOption, SchemaOption
+
+from .context import cli_context
+from .loading import load_queue
+from .logs import configure_logging
+from .options import AppOption, DsnOption, EmbeddedOption, SchemaOption
 
 
 class LogLevel(StrEnum):
