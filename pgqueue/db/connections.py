@@ -40,6 +40,10 @@ def sync_connection(conn: object) -> psycopg.Connection[Any]:
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, SAConnection):
+        if not conn.in_transaction():
+            # SQLAlchemy autobegins only for statements it runs itself; without this, the
+            # user's conn.commit() would not commit our insert (the pool rolls it back).
+            conn.begin()
         driver = _driver_connection(conn.connection, "SQLAlchemy Connection")
         if not isinstance(driver, psycopg.Connection):
             raise TypeError("conn= wraps an async driver: use enqueue_async()")
@@ -61,6 +65,8 @@ async def async_connection(conn: object) -> psycopg.AsyncConnection[Any]:
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
     if isinstance(conn, SAAsyncConnection):
+        if not conn.in_transaction():
+            await conn.begin()  # as in sync_connection: make the user's commit() ours too
         raw = await conn.get_raw_connection()
         driver = _driver_connection(raw, "SQLAlchemy AsyncConnection")
         if not isinstance(driver, psycopg.AsyncConnection):
