@@ -1,0 +1,117 @@
+"""The same library under a non-default schema name: nothing may assume ``pgqueue``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from pgqueue import Discard, JobContext, Queue
+from pgqueue.db.queries import for_schema
+from pgqueue.worker.maintenance import Maintenance
+from tests.integration._worker_helpers import arow, background_worker, run_burst
+
+SCHEMA = "jobs_custom"
+
+
+@pytest.fixture
+def schema() -> str:
+    return SCHEMA
+
+
+@pytest.fixture
+async def q(dsn: str) -> AsyncIterator[Queue]:
+    queue = Queue(dsn=dsn, schema=SCHEMA)
+    try:
+        yield queue
+    finally:
+        await queue.close_async()
+
+
+async def test_nothing_is_created_in_the_default_schema(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname IN ('pgqueue', %s)", (SCHEMA,)
+        )
+        assert await cursor.fetchall() == [(SCHEMA,)]
+
+
+async def test_enqueue_run_and_read_jobs(q: Queue, dsn: str) -> None:
+    @q.task(name="double")
+    async def double(x: int, ctx: JobContext) -> int:
+        ctx.set_progress("half-way")
+        return 2 * x
+
+    @q.task(name="doomed")
+    def doomed() -> None:
+        raise Discard("never works")
+
+    job = await double.using(idempotency_key="k").enqueue_async(21)
+    assert (await double.using(idempotency_key="k").enqueue_async(21)).id == job.id
+    many = await double.enqueue_many_async([(1,), (2,)])
+    dead = await doomed.enqueue_async()
+    await run_burst(q)
+
+    stored = await arow(dsn, job.id, schema=SCHEMA)
+    assert stored is not None
+    assert (stored["status"], stored["result"], stored["meta"]) == (
+        "succeeded", 42, {"progress": "half-way"})
+    assert [(await arow(dsn, j.id, schema=SCHEMA) or {}).get("result") for j in many] == [2, 4]
+    buried = await arow(dsn, dead.id, "dead_jobs", schema=SCHEMA)
+    assert buried is not None
+    assert "never works" in buried["error"]
+    found = await q.get_job_async(dead.id)
+    assert found is not None
+    assert found.status == "dead"
+    stats = {entry["queue"]: entry for entry in await asyncio.to_thread(q.stats)}
+    assert (stats["default"]["succeeded"], stats["default"]["dead"]) == (3, 1)
+    assert (await asyncio.to_thread(q.retry_dead_job, dead.id)).status == "queued"
+
+
+async def test_wake_ups_use_the_schema_channel(q: Queue, dsn: str) -> None:
+    ran = asyncio.Event()
+
+    @q.task(name="ping")
+    async def ping() -> None:
+        ran.set()
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
+        await listener.execute(f'LISTEN "{SCHEMA}_jobs"'.encode())
+        async with background_worker(q, poll_interval=60) as worker:
+            await asyncio.sleep(0.2)
+            await ping.enqueue_async()
+            await asyncio.wait_for(ran.wait(), 5)
+            rows = await asyncio.to_thread(q.workers)
+            assert [w["id"] for w in rows] == [worker.id]
+        notify = await anext(aiter(listener.notifies(timeout=5, stop_after=1)))
+        assert notify.channel == f"{SCHEMA}_jobs"
+        assert notify.payload == "default"
+    assert await asyncio.to_thread(q.workers) == []
+
+
+async def test_rescue_and_prune_work_in_the_schema(q: Queue, dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(
+            f"INSERT INTO {SCHEMA}.jobs (task, status, attempts, worker_id, lease_expires_at) "
+            "VALUES ('t', 'running', 1, 'ghost', now() - interval '1 second'), "
+            "('t', 'succeeded', 1, 'w', NULL)".encode()
+        )
+        await conn.execute(f"UPDATE {SCHEMA}.jobs SET finished_at = now() - interval '2 days' "
+                           "WHERE status = 'succeeded'".encode())
+
+        async def connect() -> psycopg.AsyncConnection[object]:
+            return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+
+        service = Maintenance(connect=connect, queries=for_schema(SCHEMA))
+        try:
+            assert await service.rescue() == 1
+            assert await service.prune() == 1
+        finally:
+            if service._conn is not None:
+                await service._conn.close()
+        cursor = await conn.execute(f"SELECT status, last_error FROM {SCHEMA}.jobs".encode())
+        [(status, error)] = await cursor.fetchall()
+    assert status == "queued"
+    assert "lease expired" in error
