@@ -1,0 +1,157 @@
+"""Worker start-up and shutdown, in process (signals themselves are the e2e suite's).
+
+A stop lets running jobs finish for up to ``shutdown_timeout``, then releases the rest to
+``queued`` at once with the attempt given back, removes the worker row and returns 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from pgqueue import DatabaseUnavailable, JobContext, Queue, SchemaOutOfDate
+from pgqueue.worker.runner import Worker
+from tests._polling import async_wait_until
+from tests.integration._worker_helpers import aexecute, arow, run_burst, worker_settings
+
+
+@pytest.fixture
+async def q(dsn: str) -> AsyncIterator[Queue]:
+    queue = Queue(dsn=dsn)
+    try:
+        yield queue
+    finally:
+        await queue.close_async()
+
+
+async def start(queue: Queue, **settings: object) -> tuple[Worker, asyncio.Task[int]]:
+    worker = Worker(queue, worker_settings(**settings))
+    task = asyncio.create_task(worker.run())
+    await async_wait_until(lambda: task.done() or worker.listener.listening.is_set(),
+                           timeout=15)
+    assert not task.done()
+    return worker, task
+
+
+async def test_stop_lets_running_jobs_finish_within_the_shutdown_timeout(
+    q: Queue, dsn: str
+) -> None:
+    started = asyncio.Event()
+
+    @q.task(name="short")
+    async def short() -> str:
+        started.set()
+        await asyncio.sleep(0.5)
+        return "finished"
+
+    job = await short.enqueue_async()
+    worker, task = await start(q, shutdown_timeout=10)
+    await asyncio.wait_for(started.wait(), 10)
+    worker.request_stop()
+    assert await asyncio.wait_for(task, 20) == 0
+    stored = await arow(dsn, job.id)
+    assert stored is not None
+    assert (stored["status"], stored["result"]) == ("succeeded", "finished")
+    assert await aexecute(dsn, "SELECT id FROM pgqueue.workers") == []
+
+
+async def test_stop_claims_nothing_new(q: Queue, dsn: str) -> None:
+    started = asyncio.Event()
+
+    @q.task(name="short")
+    async def short() -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    first = await short.enqueue_async()
+    worker, task = await start(q, concurrency=1, shutdown_timeout=10)
+    await asyncio.wait_for(started.wait(), 10)
+    second = await short.enqueue_async()
+    worker.request_stop()
+    assert await asyncio.wait_for(task, 20) == 0
+    assert (await arow(dsn, first.id) or {})["status"] == "succeeded"
+    stored = await arow(dsn, second.id)
+    assert stored is not None
+    assert (stored["status"], stored["attempts"]) == ("queued", 0)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_jobs_still_running_at_the_deadline_are_released_with_the_attempt_back(
+    q: Queue, dsn: str, kind: str
+) -> None:
+    started = threading.Event()
+
+    if kind == "async":
+        @q.task(name="stuck")
+        async def stuck() -> None:
+            started.set()
+            await asyncio.sleep(60)
+    else:
+        @q.task(name="stuck")
+        def stuck(ctx: JobContext) -> None:
+            started.set()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not ctx.cancel_requested:
+                time.sleep(0.01)
+
+    job = await stuck.enqueue_async()
+    worker, task = await start(q, shutdown_timeout=0.3)
+    await asyncio.to_thread(started.wait, 10)
+    stopping = time.monotonic()
+    worker.request_stop()
+    assert await asyncio.wait_for(task, 20) == 0
+    assert time.monotonic() - stopping < 5
+    stored = await arow(dsn, job.id)
+    assert stored is not None
+    assert (stored["status"], stored["attempts"], stored["worker_id"]) == ("queued", 0, None)
+    assert stored["lease_expires_at"] is None
+    ready = await aexecute(dsn, "SELECT run_at <= now() AS ready FROM pgqueue.jobs")
+    assert ready == [{"ready": True}]
+    assert await aexecute(dsn, "SELECT id FROM pgqueue.workers") == []
+
+
+async def test_a_released_job_runs_again_with_its_first_attempt(q: Queue, dsn: str) -> None:
+    seen: list[int] = []
+    block = True
+
+    @q.task(name="stuck")
+    async def stuck(ctx: JobContext) -> None:
+        seen.append(ctx.attempt)
+        if block:
+            await asyncio.sleep(60)
+
+    job = await stuck.enqueue_async()
+    worker, task = await start(q, shutdown_timeout=0.2)
+    await async_wait_until(lambda: seen == [1], timeout=10)
+    worker.request_stop()
+    await asyncio.wait_for(task, 20)
+    block = False
+    await run_burst(q)
+    assert seen == [1, 1]
+    stored = await arow(dsn, job.id)
+    assert stored is not None
+    assert (stored["status"], stored["attempts"]) == ("succeeded", 1)
+
+
+async def test_a_worker_refuses_an_unmigrated_database(empty_dsn: str) -> None:
+    q = Queue(dsn=empty_dsn)
+    try:
+        with pytest.raises(SchemaOutOfDate, match="pgq migrate"):
+            await run_burst(q)
+    finally:
+        await q.close_async()
+
+
+async def test_an_unreachable_database_fails_after_the_connect_timeout() -> None:
+    q = Queue(dsn="postgresql://nobody@127.0.0.1:1/none")
+    started = time.monotonic()
+    try:
+        with pytest.raises(DatabaseUnavailable, match="within 1s"):
+            await run_burst(q, connect_timeout=1)
+    finally:
+        await q.close_async()
+    assert time.monotonic() - started < 10
