@@ -48,6 +48,7 @@ class Job:
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    expires_at: datetime | None = None
     error: str | None = None
     failed_at: datetime | None = None
     _queue: Queue | None = field(default=None, repr=False, compare=False)

@@ -48,6 +48,7 @@ UPGRADE = [
         created_at       timestamptz NOT NULL DEFAULT now(),
         started_at       timestamptz,
         finished_at      timestamptz,
+        expires_at       timestamptz,
         CONSTRAINT jobs_pkey PRIMARY KEY (id),
         CONSTRAINT jobs_status_check
             CHECK (status IN ('queued', 'running', 'succeeded', 'cancelled')),
@@ -82,9 +83,12 @@ UPGRADE = [
     "CREATE INDEX jobs_run_at_idx ON {schema}.jobs (run_at) WHERE status = 'queued'",
     # -- The rescuer finds expired leases here.
     "CREATE INDEX jobs_lease_idx ON {schema}.jobs (lease_expires_at) WHERE status = 'running'",
-    # -- The pruner finds finished rows past their result_ttl here.
-    "CREATE INDEX jobs_finished_idx ON {schema}.jobs (finished_at) "
-    "WHERE status IN ('succeeded', 'cancelled')",
+    "COMMENT ON COLUMN {schema}.jobs.expires_at IS "
+    "'Set when the job finishes (succeeded or cancelled): finished_at + result_ttl; "
+    "the pruner deletes the row after it.'",
+    # -- The pruner finds finished rows past their result_ttl here. A stored expiry (not
+    # -- finished_at + result_ttl computed per row) lets it stop at the first unexpired row.
+    "CREATE INDEX jobs_expires_idx ON {schema}.jobs (expires_at) WHERE expires_at IS NOT NULL",
     # -- A key dedupes while its job is live or succeeded; cancelled jobs free it.
     "CREATE UNIQUE INDEX jobs_idempotency_key_idx ON {schema}.jobs (idempotency_key) "
     "WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'",

@@ -7,6 +7,7 @@ the ``pgqueue.migrations`` package, installed with the wheel.
 from __future__ import annotations
 
 import io
+import threading
 from importlib import resources
 from typing import Any
 
@@ -20,6 +21,11 @@ from pgqueue.db.plans import Plan, Statement, run_async, run_sync
 from pgqueue.errors import SchemaOutOfDate
 
 SCHEMA_ATTRIBUTE = "pgqueue_schema"
+
+# Alembic keeps its migration context in module globals: two commands running in threads
+# of one process would overwrite each other's. Across processes the advisory lock taken
+# in env.py serialises migrators; within a process this lock does.
+_ALEMBIC_LOCK = threading.Lock()
 
 
 def _alembic_config(schema: str, dsn: str | None = None) -> Config:
@@ -56,12 +62,14 @@ def head_revision() -> str:
 
 def upgrade(dsn: str, schema: str, revision: str = "head") -> None:
     """Bring the schema to ``revision``; a no-op when it is already there."""
-    command.upgrade(_alembic_config(schema, dsn), revision)
+    with _ALEMBIC_LOCK:
+        command.upgrade(_alembic_config(schema, dsn), revision)
 
 
 def downgrade(dsn: str, schema: str, revision: str) -> None:
     """Step the schema back to ``revision`` (``base`` removes every pgqueue object)."""
-    command.downgrade(_alembic_config(schema, dsn), revision)
+    with _ALEMBIC_LOCK:
+        command.downgrade(_alembic_config(schema, dsn), revision)
 
 
 def upgrade_sql(schema: str, revision: str = "head") -> str:
@@ -69,7 +77,8 @@ def upgrade_sql(schema: str, revision: str = "head") -> str:
     config = _alembic_config(schema, "postgresql://")
     buffer = io.StringIO()
     config.output_buffer = buffer
-    command.upgrade(config, revision, sql=True)
+    with _ALEMBIC_LOCK:
+        command.upgrade(config, revision, sql=True)
     return buffer.getvalue()
 
 

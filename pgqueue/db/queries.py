@@ -22,7 +22,7 @@ JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "status", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
     "result", "meta", "timeout", "result_ttl", "cancel_requested", "created_at",
-    "started_at", "finished_at",
+    "started_at", "finished_at", "expires_at",
 )
 DEAD_JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "priority", "run_at", "attempts",
@@ -57,6 +57,7 @@ _DEAD_SELECT = (
     "j.attempts, j.max_attempts, j.idempotency_key, NULL::timestamptz AS lease_expires_at, "
     "j.worker_id, j.last_error, NULL::jsonb AS result, j.meta, j.timeout, j.result_ttl, "
     "false AS cancel_requested, j.created_at, j.started_at, j.finished_at, "
+    "NULL::timestamptz AS expires_at, "
     "'dead' AS api_status, j.error, j.failed_at FROM {schema}.dead_jobs j"
 )
 
@@ -185,6 +186,11 @@ TEMPLATES: Final[dict[str, str]] = {
                                            OR """ + _CANCEL_WINS + """ THEN now()
                                       WHEN o.kind IN ('progress', 'result') THEN j.finished_at
                                       ELSE NULL END,
+                   expires_at = CASE WHEN o.kind IN ('succeeded', 'cancelled')
+                                          OR """ + _CANCEL_WINS + """
+                                         THEN now() + make_interval(secs => j.result_ttl)
+                                     WHEN o.kind IN ('progress', 'result') THEN j.expires_at
+                                     ELSE NULL END,
                    lease_expires_at = CASE WHEN o.kind = 'progress' THEN j.lease_expires_at
                                            ELSE NULL END,
                    worker_id = CASE WHEN o.kind IN ('retry', 'snooze', 'release') THEN NULL
@@ -232,6 +238,7 @@ TEMPLATES: Final[dict[str, str]] = {
     "mark_succeeded_in_transaction": """
         UPDATE {schema}.jobs
            SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL,
+               expires_at = now() + make_interval(secs => result_ttl),
                cancel_requested = false
          WHERE id = %(id)s AND attempts = %(attempt)s AND worker_id = %(worker_id)s
            AND status = 'running'
@@ -286,6 +293,7 @@ TEMPLATES: Final[dict[str, str]] = {
         cancelled AS (
             UPDATE {schema}.jobs AS j
                SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL,
+                   expires_at = now() + make_interval(secs => j.result_ttl),
                    last_error = 'cancelled: lease expired while cancellation was requested'
               FROM expired e
              WHERE j.id = e.id AND j.cancel_requested
@@ -324,13 +332,12 @@ TEMPLATES: Final[dict[str, str]] = {
     # Finished rows past their result_ttl; bounded so one run never holds locks for long.
     "prune_finished_jobs": """
         DELETE FROM {schema}.jobs AS j
-         WHERE j.id IN (
+         WHERE j.id = ANY(ARRAY(
             SELECT id FROM {schema}.jobs
-             WHERE status IN ('succeeded', 'cancelled')
-               AND finished_at < now() - make_interval(secs => result_ttl)
-             ORDER BY finished_at
+             WHERE expires_at IS NOT NULL AND expires_at < now()
+             ORDER BY expires_at
              LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED)
+             FOR UPDATE SKIP LOCKED))
     """,
     "notify_ready": "SELECT pg_notify(%(channel)s, %(queues)s)",
     # -- Reading jobs ------------------------------------------------------------------
@@ -389,7 +396,8 @@ TEMPLATES: Final[dict[str, str]] = {
     # -- Cancelling ---------------------------------------------------------------------
     "cancel_queued_job": """
         UPDATE {schema}.jobs
-           SET status = 'cancelled', finished_at = now(), last_error = 'cancelled before it ran'
+           SET status = 'cancelled', finished_at = now(), last_error = 'cancelled before it ran',
+               expires_at = now() + make_interval(secs => result_ttl)
          WHERE id = %(id)s AND status = 'queued'
         RETURNING id
     """,

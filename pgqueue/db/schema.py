@@ -93,6 +93,12 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
         Column("started_at", _TIMESTAMPTZ),
         Column("finished_at", _TIMESTAMPTZ),
+        Column(
+            "expires_at",
+            _TIMESTAMPTZ,
+            comment="Set when the job finishes (succeeded or cancelled): finished_at + "
+            "result_ttl; the pruner deletes the row after it.",
+        ),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
         CheckConstraint(
             "status IN ('queued', 'running', 'succeeded', 'cancelled')", name="jobs_status_check"
@@ -123,9 +129,9 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
     Index("jobs_run_at_idx", table.c.run_at, postgresql_where=text("status = 'queued'"))
     Index("jobs_lease_idx", table.c.lease_expires_at, postgresql_where=text("status = 'running'"))
     Index(
-        "jobs_finished_idx",
-        table.c.finished_at,
-        postgresql_where=text("status IN ('succeeded', 'cancelled')"),
+        "jobs_expires_idx",
+        table.c.expires_at,
+        postgresql_where=text("expires_at IS NOT NULL"),
     )
     Index(
         "jobs_idempotency_key_idx",

@@ -38,7 +38,7 @@ QUERIES = for_schema("pgqueue")
 FILL_JOBS = """
 INSERT INTO pgqueue.jobs
     (queue, task, args, status, priority, run_at, attempts, lease_expires_at, worker_id,
-     result, created_at, started_at, finished_at)
+     result, created_at, started_at, finished_at, expires_at)
 SELECT (ARRAY['default', 'email', 'reports', 'high'])[1 + g %% 4],
        'app.tasks.task_' || (g %% 20),
        jsonb_build_array(g),
@@ -53,7 +53,9 @@ SELECT (ARRAY['default', 'email', 'reports', 'high'])[1 + g %% 4],
        CASE WHEN r < 980 THEN '{"ok": true}'::jsonb END,
        now() - interval '3 days',
        CASE WHEN r < 990 THEN now() - interval '3 days' END,
-       CASE WHEN r < 985 THEN now() - make_interval(secs => g %% 172800) END
+       CASE WHEN r < 985 THEN now() - make_interval(secs => g %% 172800) END,
+       CASE WHEN r < 985 THEN now() - make_interval(secs => g %% 172800)
+                              + interval '1 day' END
   FROM generate_series(1, %(rows)s) AS g, LATERAL (SELECT g %% 1000 AS r) AS position
 """
 
@@ -226,4 +228,4 @@ def test_rescuer_finds_expired_leases_through_the_lease_index(big_queue: str) ->
 
 def test_pruner_finds_finished_rows_through_the_finished_index(big_queue: str) -> None:
     plan = _explain(big_queue, QUERIES["prune_finished_jobs"], {"limit": 100})
-    _assert_uses_index(plan, "jobs_finished_idx")
+    _assert_uses_index(plan, "jobs_expires_idx")
