@@ -16,6 +16,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -415,6 +417,21 @@ def test_stats_json_shape(dsn: str) -> None:
 # -- demo ------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A fresh directory for ``--embedded`` runs (their ``.pgqueue/`` lands in it).
+
+    Not pytest's ``tmp_path``: several pytest sessions share this machine, and each
+    prunes the older ``/tmp/pytest-of-<user>/pytest-N`` directories of the others, which
+    pulled the data directory from under a starting server.
+    """
+    path = Path(tempfile.mkdtemp(prefix="pgq-cli-e2e-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def check_demo_summary(summary: dict[str, Any], jobs: int) -> None:
     assert summary["jobs"] == jobs
     assert summary["unfinished"] == 0
@@ -431,9 +448,9 @@ def test_demo_with_dsn(dsn: str) -> None:
     check_demo_summary(json_of("demo", "--jobs", "300", "--dsn", dsn), 300)
 
 
-def test_demo_embedded_in_a_fresh_directory(tmp_path: Path) -> None:
-    result = ok("demo", "--jobs", "300", "--embedded", "--concurrency", "8", cwd=tmp_path)
-    assert (tmp_path / ".pgqueue").is_dir()
+def test_demo_embedded_in_a_fresh_directory(workdir: Path) -> None:
+    result = ok("demo", "--jobs", "300", "--embedded", "--concurrency", "8", cwd=workdir)
+    assert (workdir / ".pgqueue").is_dir()
     out = result.stdout
     assert "pgqueue demo: summary" in out
     for label in ("Jobs", "Succeeded", "Retried", "Dead", "Elapsed", "Throughput"):
@@ -441,10 +458,10 @@ def test_demo_embedded_in_a_fresh_directory(tmp_path: Path) -> None:
     assert re.search(r"^Jobs\s+300\b", out, re.MULTILINE), out
 
 
-def test_demo_falls_back_to_embedded_without_configuration(tmp_path: Path) -> None:
-    summary = json_of("demo", "--jobs", "50", cwd=tmp_path)
+def test_demo_falls_back_to_embedded_without_configuration(workdir: Path) -> None:
+    summary = json_of("demo", "--jobs", "50", cwd=workdir)
     check_demo_summary(summary, 50)
-    assert (tmp_path / ".pgqueue").is_dir()
+    assert (workdir / ".pgqueue").is_dir()
 
 
 def test_human_output_is_not_json(dsn: str) -> None:
