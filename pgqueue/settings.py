@@ -70,13 +70,21 @@ def normalize_dsn(dsn: str) -> str:
             "use postgresql://user@host:5432/dbname or key=value pairs"
         )
     try:
-        conninfo_to_dict(cleaned)
+        params = conninfo_to_dict(cleaned)
     except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigurationError(
             f"malformed DSN ({message}); use postgresql://user@host:5432/dbname "
             "or key=value pairs"
         ) from None
+    # libpq's parser takes any port text; connecting would then fail with an error that a
+    # worker retries for --connect-timeout. A port is a number (one per host): say so now.
+    port = str(params.get("port") or "")
+    if not all(part.strip().isdigit() for part in port.split(",") if part.strip()):
+        raise ConfigurationError(
+            f"malformed DSN (port {port!r} is not a number); use "
+            "postgresql://user@host:5432/dbname or key=value pairs"
+        )
     return cleaned
 
 
