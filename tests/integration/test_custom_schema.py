@@ -98,7 +98,9 @@ async def test_rescue_and_prune_work_in_the_schema(q: Queue, dsn: str) -> None:
             "VALUES ('t', 'running', 1, 'ghost', now() - interval '1 second'), "
             "('t', 'succeeded', 1, 'w', NULL)".encode()
         )
-        await conn.execute(f"UPDATE {SCHEMA}.jobs SET finished_at = now() - interval '2 days' "
+        # as the completer leaves a job that succeeded two days ago (result_ttl one day)
+        await conn.execute(f"UPDATE {SCHEMA}.jobs SET finished_at = now() - interval '2 days', "
+                           "expires_at = now() - interval '1 day' "
                            "WHERE status = 'succeeded'".encode())
 
         async def connect() -> psycopg.AsyncConnection[object]:
