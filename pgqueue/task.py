@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
 from pgqueue.arguments import EncodedBatch, Signature
 from pgqueue.errors import ConfigurationError
@@ -100,6 +100,25 @@ class TaskCall:
             raise ConfigurationError(
                 "idempotency_key names one job: use enqueue(), not enqueue_many()"
             )
+        listed = items if isinstance(items, list) else list(items)
+        batch: EncodedBatch | None = None
+        if all(type(item) is tuple for item in listed):
+            # The common shape, [(a, b), ...]: encoded without a per-item object.
+            batch = self.task.signature.encode_positional_many(
+                cast("list[tuple[Any, ...]]", listed)
+            )
+        if batch is None:
+            batch = self.task.signature.encode_many(self._calls(listed))
+        params = self.options.as_params() | {
+            "task": self.task.name, "args": batch.args, "kwargs": batch.kwargs,
+        }
+        return params, batch
+
+    @staticmethod
+    def _calls(
+        items: list[tuple[Any, ...] | Mapping[str, Any]],
+    ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """Each item as (positional, keyword) arguments; the general path of enqueue_many."""
         calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         for position, item in enumerate(items):
             if isinstance(item, tuple):
@@ -113,11 +132,7 @@ class TaskCall:
                     f"enqueue_many item {position} is a {type(item).__name__}: use a tuple of "
                     "positional arguments or a dict of keyword arguments"
                 )
-        batch = self.task.signature.encode_many(calls)
-        params = self.options.as_params() | {
-            "task": self.task.name, "args": batch.args, "kwargs": batch.kwargs,
-        }
-        return params, batch
+        return calls
 
     def _jobs_from(self, row: dict[str, Any], batch: EncodedBatch) -> EnqueuedJobs:
         return EnqueuedJobs(self, row, batch)
