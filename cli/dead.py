@@ -60,14 +60,14 @@ def retry_dead(
     job_ids: Annotated[
         list[int] | None,
         typer.Argument(help="Ids of the dead jobs to retry.", show_default=False,
-                       metavar="[ID]..."),
+                       metavar="ID"),
     ] = None,
     retry_all: Annotated[
         bool, typer.Option("--all", help="Retry every dead job (or every one of --queue).")
     ] = False,
     queue_name: Annotated[
         str | None,
-        typer.Option("--queue", "-q", show_default=False,
+        typer.Option("--queue", "-q", metavar="QUEUE", show_default=False,
                      help="With --all: only this queue's dead jobs."),
     ] = None,
     dsn: DsnOption = None,

@@ -267,10 +267,11 @@ def _summary_table(summary: Summary) -> Table:
 def demo(
     ctx: typer.Context,
     jobs: Annotated[
-        int, typer.Option("--jobs", "-n", min=4, help="How many sample jobs to run.")
+        int, typer.Option("--jobs", "-n", min=4, metavar="N", help="How many sample jobs to run.")
     ] = 5000,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", min=1, help="The worker's concurrency.")
+        int, typer.Option("--concurrency", "-c", min=1, metavar="C",
+                     help="The worker's concurrency.")
     ] = 16,
     dsn: DsnOption = None,
     embedded: EmbeddedOption = False,

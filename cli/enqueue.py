@@ -40,7 +40,9 @@ def parse_json_option(text: str, option: str, expected: type[list[Any] | dict[st
 def enqueue(
     ctx: typer.Context,
     task: Annotated[
-        str, typer.Argument(help="Task name, as registered (name= or module.qualname).")
+        str,
+        typer.Argument(metavar="TASK",
+                       help="Task name, as registered (name= or module.qualname)."),
     ],
     args: Annotated[
         str, typer.Option("--args", metavar="JSON", help="Positional arguments, a JSON array.")
@@ -50,12 +52,14 @@ def enqueue(
     ] = "{}",
     queue_name: Annotated[
         str | None,
-        typer.Option("--queue", "-q", help="Queue (default: the task's, else 'default').",
+        typer.Option("--queue", "-q", metavar="QUEUE",
+                     help="Queue (default: the task's, else 'default').",
                      show_default=False),
     ] = None,
     priority: Annotated[
-        int | None, typer.Option("--priority", "-p", help="Higher runs first (default 0).",
-                                 show_default=False)
+        int | None,
+        typer.Option("--priority", "-p", metavar="P", help="Higher runs first (default 0).",
+                     show_default=False),
     ] = None,
     run_in: Annotated[
         str | None,
@@ -64,12 +68,12 @@ def enqueue(
     ] = None,
     idempotency_key: Annotated[
         str | None,
-        typer.Option("--idempotency-key", show_default=False,
+        typer.Option("--idempotency-key", metavar="KEY", show_default=False,
                      help="Dedupe key: while a job with this key is live, return that job."),
     ] = None,
     max_attempts: Annotated[
         int | None,
-        typer.Option("--max-attempts", show_default=False,
+        typer.Option("--max-attempts", metavar="N", show_default=False,
                      help="Attempts before the job is dead (default: the task's, else 3)."),
     ] = None,
     app: AppOption = None,

@@ -41,12 +41,13 @@ def list_jobs(
     ctx: typer.Context,
     status: Annotated[
         str | None,
-        typer.Option("--status", "-s", show_default=False,
+        typer.Option("--status", "-s", metavar="STATUS", show_default=False,
                      help="queued, scheduled, running, retrying, succeeded, cancelled or dead."),
     ] = None,
     queue_name: QueueFilterOption = None,
     task: Annotated[
-        str | None, typer.Option("--task", "-t", help="Only this task.", show_default=False)
+        str | None, typer.Option("--task", "-t", metavar="TASK", help="Only this task.",
+                     show_default=False)
     ] = None,
     limit: LimitOption = 50,
     dsn: DsnOption = None,

@@ -12,6 +12,7 @@ DsnOption = Annotated[
     str | None,
     typer.Option(
         "--dsn",
+        metavar="DSN",
         help="PostgreSQL DSN (postgresql://…, key=value, or a SQLAlchemy URL). "
         "Default: PGQUEUE_DSN, then DATABASE_URL.",
         show_default=False,
@@ -30,6 +31,7 @@ SchemaOption = Annotated[
     str | None,
     typer.Option(
         "--schema",
+        metavar="SCHEMA",
         help="Schema holding pgqueue's tables. Default: PGQUEUE_SCHEMA, then 'pgqueue'.",
         show_default=False,
         rich_help_panel=CONNECTION_PANEL,
@@ -44,13 +46,15 @@ AppOption = Annotated[
         "-A",
         "--app",
         envvar="PGQUEUE_APP",
+        metavar="MODULE:QUEUE",
         help="Your Queue as module:attribute (e.g. myapp.tasks:queue). Default: PGQUEUE_APP.",
         show_default=False,
     ),
 ]
 QueueFilterOption = Annotated[
-    str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    str | None, typer.Option("--queue", "-q", metavar="QUEUE", help="Only this queue.",
+                               show_default=False)
 ]
 LimitOption = Annotated[
-    int, typer.Option("--limit", "-n", min=1, help="At most this many rows.")
+    int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many rows.")
 ]

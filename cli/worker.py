@@ -34,12 +34,13 @@ def worker(
     app: AppOption = None,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", "-c", help="Jobs run at once (default 8).",
+        typer.Option("--concurrency", "-c", metavar="N", help="Jobs run at once (default 8).",
                      show_default=False),
     ] = None,
     queues: Annotated[
         str | None,
-        typer.Option("--queues", "-Q", help="Comma-separated queues (default: every queue).",
+        typer.Option("--queues", "-Q", metavar="A,B",
+                     help="Comma-separated queues (default: every queue).",
                      show_default=False),
     ] = None,
     shutdown_timeout: Annotated[
