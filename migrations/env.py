@@ -40,7 +40,8 @@ def run_online() -> None:
     """Migrate a live database under an advisory lock, so concurrent migrators queue up."""
     connection = config.attributes.get("connection")
     if connection is None:
-        engine = create_engine(str(config.get_main_option("sqlalchemy.url")), poolclass=pool.NullPool)
+        url = str(config.get_main_option("sqlalchemy.url"))
+        engine = create_engine(url, poolclass=pool.NullPool)
         with engine.connect() as connection:
             _migrate(connection)
     else:

@@ -71,7 +71,8 @@ class WorkerSettings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "worker setting"
-            raise ConfigurationError(f"invalid worker setting {where}: {first['msg']}") from None
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigurationError(f"invalid worker setting {where}: {message}") from None
 
     @field_validator("poll_interval", "lease", "shutdown_timeout", "connect_timeout",
                      "rescue_interval", "prune_interval", "completion_flush_interval",

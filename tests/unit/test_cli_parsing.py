@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 
 import pytest
+from typer.testing import CliRunner
+
 from pgqueue.cli.app import app
 from pgqueue.cli.context import CliContext
 from pgqueue.cli.demo import job_mix
 from pgqueue.cli.errors import CommandError
 from pgqueue.cli.loading import load_queue
 from pgqueue.cli.logs import LineFormatter, WithoutJobRecords
-from typer.testing import CliRunner
 
 COMMANDS = ("migrate", "worker", "enqueue", "jobs", "dead", "stats", "workers", "demo")
 
