@@ -39,6 +39,7 @@ def test_cli_reference_is_up_to_date(generator: ModuleType, tmp_path: Path) -> N
 
 def test_cli_reference_covers_every_command(generator: ModuleType) -> None:
     import typer
+
     from pgqueue.cli.app import app
 
     root = typer.main.get_command(app)
@@ -65,3 +66,25 @@ def test_relative_links_in_docs_resolve() -> None:
             if not path.exists() and path not in pending:
                 broken.append(f"{source.relative_to(ROOT)} -> {target}")
     assert broken == []
+
+
+def test_schema_reference_names_every_column_index_and_constraint() -> None:
+    """docs/reference/schema.md mentions everything in pgqueue.db.schema.
+
+    ``pgqueue.db.schema`` is itself checked against the migrated database by the
+    schema-snapshot test, so a column, index or constraint added by a migration fails
+    here until the SQL reference describes it.
+    """
+    from pgqueue.db.schema import metadata
+
+    text = (DOCS / "reference" / "schema.md").read_text(encoding="utf-8")
+    missing = []
+    for table in metadata.tables.values():
+        heading = f"## `pgqueue.{table.name}`"
+        assert heading in text, f"no section {heading}"
+        section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+        names = [column.name for column in table.columns]
+        names += [index.name for index in table.indexes if index.name]
+        names += [c.name for c in table.constraints if isinstance(c.name, str)]
+        missing += [f"{table.name}.{name}" for name in names if f"`{name}`" not in section]
+    assert missing == []
