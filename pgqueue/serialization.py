@@ -8,6 +8,7 @@ infinities excluded: PostgreSQL's jsonb rejects them). Return values are stored 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -15,9 +16,17 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 __all__ = ["dumps", "encode_result", "loads"]
 
 
+# The escape of the NUL character (an odd number of backslashes before "u0000"): valid
+# JSON, but PostgreSQL's jsonb refuses it, and failing in the database is too late.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def dumps(value: Any) -> str:
-    """Strict JSON text: raises TypeError/ValueError for anything JSON cannot hold."""
-    return json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    """Strict JSON text: raises TypeError/ValueError for anything jsonb cannot hold."""
+    text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise ValueError("strings stored as JSON cannot contain the NUL character (\\x00)")
+    return text
 
 
 def loads(text: str | bytes) -> Any:

@@ -200,6 +200,7 @@ class Executor:
 
     def _final_or_retry(self, execution: Execution, error: str, delay: float | None) -> Outcome:
         job = execution.job
+        error = _storable(error)
         if job.attempt >= job.max_attempts:
             return self._dead(job, error)
         if delay is None:
@@ -212,9 +213,16 @@ class Executor:
         return Outcome(job.id, job.attempt, "retry", error=error, delay=delay, task=job.task)
 
     def _dead(self, job: ClaimedJob, error: str) -> Outcome:
+        error = _storable(error)
         logger.error("Job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
                      error.strip().splitlines()[-1] if error.strip() else error, extra=_extra(job))
         return Outcome(job.id, job.attempt, "dead", error=error, task=job.task)
+
+
+def _storable(error: str) -> str:
+    """The error text with NUL characters spelled out: a text column refuses them, and one
+    refused outcome would fail the completer's whole batch."""
+    return error.replace("\x00", "\\x00")
 
 
 def _extra(job: ClaimedJob) -> dict[str, Any]:
