@@ -14,12 +14,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import psycopg
 import pytest
 
-from pgqueue import JobContext, Queue
+from pgqueue import Job, JobContext, Queue
 from pgqueue.db.queries import for_schema
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.heartbeat import Heartbeat
@@ -180,7 +181,7 @@ async def test_completer_reports_refused_outcomes_and_records_the_rest(
 
 @dataclass
 class FakeExecution:
-    """What the heartbeat reads from an execution."""
+    """What the heartbeat reads from an execution: the claim, its start and its context."""
 
     job_id: int
     attempt: int
@@ -191,9 +192,12 @@ class FakeExecution:
     def job(self) -> Any:
         return type("J", (), {"id": self.job_id, "attempt": self.attempt})()
 
-    @property
-    def ctx(self) -> Any:
-        return type("C", (), {"completed_in_transaction": False})()
+    @cached_property
+    def ctx(self) -> JobContext:
+        snapshot = Job(id=self.job_id, queue="default", task="t", args=[], kwargs={},
+                       status="running", attempts=self.attempt)
+        return JobContext(snapshot, worker_id="w1", queries=QUERIES,
+                          report_progress=lambda value: None, connections=None)  # type: ignore[arg-type]
 
 
 async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(

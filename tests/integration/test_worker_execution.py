@@ -734,3 +734,45 @@ async def _finished_or_requeued(dsn: str, job_id: int) -> dict[str, object] | No
     if stored["status"] == "queued" and stored["attempts"] >= 1:
         return stored
     return None
+
+
+async def test_nul_characters_in_a_result_error_or_progress_do_not_stop_the_worker(
+    q: Queue, dsn: str
+) -> None:
+    """jsonb and text columns refuse NUL: one such job must fail alone, clearly, and
+    neither crash the worker nor strand the other jobs of its completion batch."""
+
+    @q.task(name="nul_result", max_attempts=1)
+    def nul_result() -> str:
+        return "a\x00b"
+
+    @q.task(name="nul_error", max_attempts=1)
+    def nul_error() -> None:
+        raise ValueError("bad \x00 byte")
+
+    @q.task(name="nul_progress", max_attempts=1)
+    async def nul_progress(ctx: JobContext) -> None:
+        ctx.set_progress("half\x00way")
+
+    @q.task(name="fine")
+    def fine() -> int:
+        return 1
+
+    bad_result = await nul_result.enqueue_async()
+    bad_error = await nul_error.enqueue_async()
+    bad_progress = await nul_progress.enqueue_async()
+    good = [await fine.enqueue_async() for _ in range(5)]
+    await run_burst(q)  # returns 0: the worker survived
+
+    dead = await arow(dsn, bad_result.id, "dead_jobs")
+    assert dead is not None
+    assert "cannot be stored as JSON" in dead["error"]
+    assert "NUL" in dead["error"]
+    dead = await arow(dsn, bad_error.id, "dead_jobs")
+    assert dead is not None
+    assert dead["error"].endswith("ValueError: bad \\x00 byte")
+    dead = await arow(dsn, bad_progress.id, "dead_jobs")
+    assert dead is not None
+    assert "NUL" in dead["error"]
+    for job in good:
+        assert (await arow(dsn, job.id) or {}).get("status") == "succeeded"

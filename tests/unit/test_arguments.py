@@ -109,7 +109,8 @@ def test_unannotated_tuples_become_lists_as_in_json() -> None:
     "value",
     [math.nan, math.inf, -math.inf, {1, 2}, frozenset(), datetime.now(UTC), date(2024, 1, 1),
      uuid.uuid4(), Decimal("1.5"), b"bytes", object(), Colour.RED,
-     User(id=1, name="x"), {"nested": {1, 2}}, [math.nan], {(1, 2): "tuple key"}],
+     User(id=1, name="x"), {"nested": {1, 2}}, [math.nan], {(1, 2): "tuple key"},
+     "NUL \x00 inside", {"key\x00": 1}],
 )
 def test_unannotated_parameters_refuse_what_json_dumps_refuses(value: Any) -> None:
     with pytest.raises(ArgumentError) as raised:
@@ -305,3 +306,12 @@ def test_encode_many_names_the_bad_item() -> None:
 
     with pytest.raises(ArgumentError, match=r"item 1"):
         Signature(untyped_task, "u").encode_many([((1,), {}), ((math.nan,), {})])
+
+
+def test_a_nul_character_is_refused_even_in_annotated_strings() -> None:
+    def task(name: str) -> None: ...
+
+    with pytest.raises(ArgumentError, match="NUL"):
+        Signature(task, "t").encode(("a\x00b",), {})
+    # the six characters backslash-u-0-0-0-0 are fine
+    assert encoded(Signature(task, "t"), "\\u0000") == (["\\u0000"], {})
