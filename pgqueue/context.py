@@ -57,6 +57,10 @@ class JobContext:
         self._connections = connections
         self._cancel_requested = False
         self.lease_lost = False
+        # True from the moment ctx.transaction() has locked this job's row (so nobody
+        # else can take the job) until that transaction has ended; on commit,
+        # completed_in_transaction is set first. The heartbeat reads both.
+        self.transaction_open = False
         self.completed_in_transaction = False
 
     def __repr__(self) -> str:
@@ -120,6 +124,7 @@ class JobTransaction:
             ).fetchone()
             if row is None:
                 raise self._lost()
+            self._ctx.transaction_open = True
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -141,6 +146,7 @@ class JobTransaction:
             if exc is None:
                 self._ctx.completed_in_transaction = True
         finally:
+            self._ctx.transaction_open = False
             self._pool_cm.__exit__(None, None, None)
 
     # -- async --------------------------------------------------------------------------
@@ -156,6 +162,7 @@ class JobTransaction:
             )
             if await cursor.fetchone() is None:
                 raise self._lost()
+            self._ctx.transaction_open = True
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -177,4 +184,5 @@ class JobTransaction:
             if exc is None:
                 self._ctx.completed_in_transaction = True
         finally:
+            self._ctx.transaction_open = False
             await self._pool_cm.__aexit__(None, None, None)

@@ -75,8 +75,14 @@ class Heartbeat:
         for execution in candidates:
             if execution.asyncio_task is not None and execution.asyncio_task.done():
                 continue
-            if execution.ctx.completed_in_transaction:
-                continue  # ctx.transaction() marked it succeeded: finished, not lost
+            # ctx.transaction() holds the job's row locked (nobody can take it, and our
+            # heartbeat waited for that lock) or has marked the job succeeded: missing
+            # from the running rows, yet not lost. The commit's reply may reach the task
+            # after this heartbeat's reply, so "open" counts too. Read in this order: on
+            # commit the task sets completed_in_transaction before clearing
+            # transaction_open.
+            if execution.ctx.transaction_open or execution.ctx.completed_in_transaction:
+                continue
             state = held.get(execution.job.id)
             if state is None or state[0] != execution.job.attempt:
                 self._on_lease_lost(execution)
