@@ -440,3 +440,25 @@ def test_wait_on_a_cancelled_job_returns_none(q: Queue) -> None:
     job.cancel()
     assert job.wait(timeout=1) is None
     assert job.status == "cancelled"
+
+
+def test_cancelling_an_unknown_job_raises_job_not_found(q: Queue) -> None:
+    from pgqueue import JobNotFound
+
+    with pytest.raises(JobNotFound, match="no job with id 424242"):
+        q.cancel_job(424242)
+
+
+def test_refresh_of_a_pruned_job_raises_job_not_found(q: Queue, dsn: str) -> None:
+    from pgqueue import JobNotFound
+
+    @q.task(name="t")
+    def task() -> None: ...
+
+    job = task.enqueue()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM pgqueue.jobs WHERE id = %s", (job.id,))
+    with pytest.raises(JobNotFound, match=str(job.id)):
+        job.refresh()
+    with pytest.raises(JobNotFound):
+        job.wait(timeout=1)

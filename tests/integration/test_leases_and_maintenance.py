@@ -425,3 +425,29 @@ async def test_prune_removes_worker_rows_that_stopped_heartbeating(
     async with maintenance(dsn) as service:
         await service.prune()
     assert await aexecute(dsn, "SELECT id FROM pgqueue.workers") == [{"id": "fresh"}]
+
+
+async def test_a_dead_workers_job_is_recovered_within_lease_plus_five_seconds(
+    q: Queue, dsn: str, db: psycopg.AsyncConnection[Any]
+) -> None:
+    """Default settings (rescue every ~1 s): a job whose holder vanished runs again soon
+    after its lease runs out."""
+    ran = asyncio.Event()
+
+    @q.task(name="orphan")
+    async def orphan(ctx: JobContext) -> int:
+        ran.set()
+        return ctx.attempt
+
+    job_id = await insert_job(db, task="orphan", status="running", attempts=1,
+                              worker_id="killed-worker", lease_expires_at=1)
+    cursor = await db.execute("SELECT lease_expires_at FROM pgqueue.jobs WHERE id = %s",
+                              (job_id,))
+    found = await cursor.fetchone()
+    assert found is not None
+    async with background_worker(q):
+        await asyncio.wait_for(ran.wait(), 10)
+        stored = await async_wait_until(lambda: _succeeded(dsn, job_id), timeout=10)
+    assert stored["result"] == 2
+    assert stored["started_at"] > found[0]  # not before the lease ran out
+    assert (stored["started_at"] - found[0]).total_seconds() < 5

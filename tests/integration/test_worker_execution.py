@@ -776,3 +776,20 @@ async def test_nul_characters_in_a_result_error_or_progress_do_not_stop_the_work
     assert "NUL" in dead["error"]
     for job in good:
         assert (await arow(dsn, job.id) or {}).get("status") == "succeeded"
+
+
+async def test_a_job_inserted_with_plain_sql_wakes_an_idle_worker(q: Queue, dsn: str) -> None:
+    ran = asyncio.Event()
+    seen: list[tuple[object, ...]] = []
+
+    @q.task(name="sql.made")
+    async def made(a: int, b: str = "default") -> None:
+        seen.append((a, b))
+        ran.set()
+
+    async with background_worker(q, poll_interval=60):
+        await asyncio.sleep(0.2)
+        await aexecute(dsn, "INSERT INTO pgqueue.jobs (task, args, kwargs) "
+                            "VALUES ('sql.made', '[1]', '{\"b\": \"x\"}')")
+        await asyncio.wait_for(ran.wait(), 5)
+    assert seen == [(1, "x")]

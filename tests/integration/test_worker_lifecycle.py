@@ -155,3 +155,20 @@ async def test_an_unreachable_database_fails_after_the_connect_timeout() -> None
     finally:
         await q.close_async()
     assert time.monotonic() - started < 10
+
+
+def test_run_worker_from_sync_code(dsn: str) -> None:
+    q = Queue(dsn=dsn)
+    ran: list[int] = []
+
+    @q.task(name="t")
+    def task(n: int) -> None:
+        ran.append(n)
+
+    try:
+        task.enqueue_many([(n,) for n in range(10)])
+        assert q.run_worker(burst=True, install_signal_handlers=False, concurrency=2) == 0
+        assert sorted(ran) == list(range(10))
+        assert q.workers() == []
+    finally:
+        q.close()

@@ -1,0 +1,62 @@
+"""Worker settings: the contract's defaults, durations, queue lists, one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgqueue import ConfigurationError, Queue
+from pgqueue.worker.runner import WorkerSettings
+
+
+def test_defaults_follow_the_contract() -> None:
+    settings = WorkerSettings()
+    assert settings.concurrency == 8
+    assert settings.queues == []  # every queue
+    assert settings.poll_interval == 5.0
+    assert settings.lease == 30.0
+    assert settings.shutdown_timeout == 30.0
+    assert settings.connect_timeout == 30.0
+    assert settings.burst is False
+    # expired leases are recovered within lease + 5 s: the rescuer runs every second
+    assert settings.rescue_interval <= 5.0
+
+
+def test_heartbeats_every_third_of_the_lease() -> None:
+    from pgqueue.db.queries import for_schema
+    from pgqueue.worker.heartbeat import Heartbeat
+
+    heartbeat = Heartbeat(connect=lambda: None, queries=for_schema("pgqueue"),
+                          registration={}, lease=30.0, running=list,
+                          on_lease_lost=lambda e: None, on_cancel_requested=lambda e: None)
+    assert heartbeat.interval == 10.0
+
+
+def test_durations_and_queue_lists() -> None:
+    settings = WorkerSettings(poll_interval="250ms", lease="1m", shutdown_timeout="2m",
+                              queues="email, default,,reports")
+    assert (settings.poll_interval, settings.lease, settings.shutdown_timeout) == (
+        0.25, 60.0, 120.0)
+    assert settings.queues == ["email", "default", "reports"]
+    assert WorkerSettings(queues=["a", ""]).queues == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"concurrency": 0}, "concurrency"),
+        ({"concurrency": "many"}, "concurrency"),
+        ({"lease": 0.5}, "lease"),
+        ({"lease": "forever"}, "invalid duration"),
+        ({"poll_interval": -1}, "invalid duration"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+def test_bad_settings_are_one_line_configuration_errors(
+    settings: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        WorkerSettings(**settings)
+    assert fragment in str(raised.value)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ConfigurationError):
+        Queue(dsn="postgresql://u@h/db").worker_settings(**settings)
