@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import psycopg
@@ -32,7 +33,7 @@ from pgqueue.operations import (
     retry_dead,
 )
 from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals
-from pgqueue.settings import EMBEDDED, normalize_dsn, resolve_dsn, resolve_schema
+from pgqueue.settings import EMBEDDED, normalize_dsn, parse_duration, resolve_dsn, resolve_schema
 from pgqueue.task import Task
 
 if TYPE_CHECKING:
@@ -277,9 +278,11 @@ class Queue:
         assert job is not None
         return job
 
-    def purge_dead(self, older_than: float, *, queue: str | None = None) -> int:
-        """Delete dead jobs that failed more than ``older_than`` seconds ago."""
-        return self.run_plan(purge_dead(self.queries, older_than=older_than, queue=queue))
+    def purge_dead(self, older_than: float | str | timedelta, *, queue: str | None = None) -> int:
+        """Delete dead jobs that failed more than ``older_than`` ago (seconds, ``"7d"``, or a
+        timedelta); returns how many."""
+        seconds = parse_duration(older_than, what="older_than")
+        return self.run_plan(purge_dead(self.queries, older_than=seconds, queue=queue))
 
     def stats(self) -> list[dict[str, Any]]:
         """Per queue: queued, scheduled, retrying, running, succeeded, cancelled, dead, and

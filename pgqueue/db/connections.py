@@ -55,13 +55,15 @@ def sync_connection(conn: object) -> psycopg.Connection[Any]:
 
 async def async_connection(conn: object) -> psycopg.AsyncConnection[Any]:
     """The psycopg async connection behind ``conn`` for an asynchronous enqueue."""
-    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
-    from sqlalchemy.ext.asyncio import AsyncSession
-
     if isinstance(conn, psycopg.AsyncConnection):
         return conn
     if isinstance(conn, psycopg.Connection):
         raise TypeError("conn= is a synchronous Connection: use enqueue() (not enqueue_async)")
+    # Imported only now: SQLAlchemy's asyncio extension needs greenlet, which a user of
+    # plain psycopg connections need not have.
+    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncSession
+
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
     if isinstance(conn, SAAsyncConnection):
@@ -76,7 +78,9 @@ async def async_connection(conn: object) -> psycopg.AsyncConnection[Any]:
 
 
 def _is_sqlalchemy_async(conn: object) -> bool:
-    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
-    from sqlalchemy.ext.asyncio import AsyncSession
-
+    try:
+        from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+        from sqlalchemy.ext.asyncio import AsyncSession
+    except ImportError:  # no greenlet: then conn cannot be a SQLAlchemy async object either
+        return False
     return isinstance(conn, SAAsyncConnection | AsyncSession)

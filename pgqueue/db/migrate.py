@@ -7,6 +7,7 @@ the ``pgqueue.migrations`` package, installed with the wheel.
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from importlib import resources
 from typing import Any
@@ -21,6 +22,8 @@ from pgqueue.db.plans import Plan, Statement, run_async, run_sync
 from pgqueue.errors import SchemaOutOfDate
 
 SCHEMA_ATTRIBUTE = "pgqueue_schema"
+
+logger = logging.getLogger("pgqueue.migrate")
 
 # Alembic keeps its migration context in module globals: two commands running in threads
 # of one process would overwrite each other's. Across processes the advisory lock taken
@@ -61,9 +64,32 @@ def head_revision() -> str:
 
 
 def upgrade(dsn: str, schema: str, revision: str = "head") -> None:
-    """Bring the schema to ``revision``; a no-op when it is already there."""
+    """Bring the schema to ``revision``; a no-op when it is already there.
+
+    If pgqueue's revisions were applied from the user's own alembic environment, the
+    private version table is first stamped with the revision found there, so the two
+    routes never run the same revision twice.
+    """
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        private = run_sync(conn, _private_revision_plan(schema))
+        current = current_revision(conn, schema) if private is None else private
     with _ALEMBIC_LOCK:
-        command.upgrade(_alembic_config(schema, dsn), revision)
+        config = _alembic_config(schema, dsn)
+        if private is None and current is not None:
+            command.stamp(config, current)
+        command.upgrade(config, revision)
+
+
+def _private_revision_plan(schema: str) -> Plan[str | None]:
+    table = sql.Identifier(schema, "alembic_version").as_string()
+    found = yield Statement(
+        b"SELECT to_regclass(%(table)s) IS NOT NULL AS present", {"table": table}
+    )
+    if not found or not found["present"]:
+        return None
+    query = sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))
+    row = yield Statement(query.as_string().encode())
+    return None if row is None else str(row["version_num"])
 
 
 def downgrade(dsn: str, schema: str, revision: str) -> None:
@@ -82,17 +108,53 @@ def upgrade_sql(schema: str, revision: str = "head") -> str:
     return buffer.getvalue()
 
 
+def _known_revisions() -> set[str]:
+    script = ScriptDirectory.from_config(_alembic_config("pgqueue"))
+    return {revision.revision for revision in script.walk_revisions()}
+
+
 def revision_plan(schema: str) -> Plan[str | None]:
-    """The revision recorded in ``<schema>.alembic_version``, or None before any migration."""
+    """The pgqueue revision the database is at, or None before any migration.
+
+    Normally recorded in ``<schema>.alembic_version``. A user who ran pgqueue's revisions
+    from their own alembic environment has it in *their* version table instead (any
+    ``alembic_version`` table, next to their own revisions): found there too, provided the
+    schema's ``jobs`` table exists.
+    """
     table = sql.Identifier(schema, "alembic_version").as_string()
     found = yield Statement(
         b"SELECT to_regclass(%(table)s) IS NOT NULL AS present", {"table": table}
     )
-    if not found or not found["present"]:
+    if found and found["present"]:
+        query = sql.SQL("SELECT version_num FROM {}.alembic_version").format(
+            sql.Identifier(schema)
+        )
+        row = yield Statement(query.as_string().encode())
+        if row is not None:
+            return str(row["version_num"])
+    jobs = yield Statement(
+        b"SELECT to_regclass(%(table)s) IS NOT NULL AS present",
+        {"table": sql.Identifier(schema, "jobs").as_string()},
+    )
+    if not jobs or not jobs["present"]:
         return None
-    query = sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))
-    row = yield Statement(query.as_string().encode())
-    return None if row is None else str(row["version_num"])
+    tables = yield Statement(
+        b"SELECT table_schema FROM information_schema.tables "
+        b"WHERE table_name = 'alembic_version' AND table_schema <> %(schema)s "
+        b"ORDER BY table_schema",
+        {"schema": schema},
+        fetch="all",
+    )
+    known = _known_revisions()
+    for other in tables:
+        query = sql.SQL("SELECT version_num FROM {}.alembic_version").format(
+            sql.Identifier(other["table_schema"])
+        )
+        rows = yield Statement(query.as_string().encode(), fetch="all")
+        ours = [str(row["version_num"]) for row in rows if row["version_num"] in known]
+        if ours:
+            return ours[0]
+    return None
 
 
 def current_revision(conn: psycopg.Connection[Any], schema: str) -> str | None:
@@ -101,14 +163,23 @@ def current_revision(conn: psycopg.Connection[Any], schema: str) -> str | None:
 
 
 def require_head(current: str | None, schema: str) -> None:
-    """Raise :class:`SchemaOutOfDate` unless ``current`` is this code's head revision."""
+    """Raise :class:`SchemaOutOfDate` unless ``current`` is at least this code's head.
+
+    A revision this code does not know is taken to be newer (a rolling deploy in which the
+    migration ran before every worker was replaced): accepted with a warning.
+    """
     head = head_revision()
-    if current != head:
-        found = "no pgqueue schema" if current is None else f"revision {current}"
-        raise SchemaOutOfDate(
-            f"the database has {found} in schema {schema!r} but this pgqueue needs {head}: "
-            "run pgq migrate"
-        )
+    if current == head:
+        return
+    if current is not None and current not in _known_revisions():
+        logger.warning("Schema %r is at revision %s, newer than this pgqueue (%s); "
+                       "starting anyway.", schema, current, head)
+        return
+    found = "no pgqueue schema" if current is None else f"revision {current}"
+    raise SchemaOutOfDate(
+        f"the database has {found} in schema {schema!r} but this pgqueue needs {head}: "
+        "run pgq migrate"
+    )
 
 
 def check_schema(conn: psycopg.Connection[Any], schema: str) -> None:
