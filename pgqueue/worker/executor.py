@@ -108,10 +108,15 @@ class Executor:
             return self._dead(job, f"cannot rebuild the arguments of task {job.task!r}: {exc}")
         try:
             result = await self._call(task, execution, args, kwargs)
-        except asyncio.CancelledError:
-            if execution.cancel_reason is None:
-                raise  # not ours to absorb: the loop itself is going down
+        except asyncio.CancelledError as exc:
             current = asyncio.current_task()
+            if execution.cancel_reason is None:
+                if current is not None and current.cancelling() == 0:
+                    # Nobody cancelled us: the task raised CancelledError itself (say, it
+                    # awaited a future cancelled elsewhere). A failure like any other; left
+                    # unrecorded, the job would stay running under our renewed lease.
+                    return self._failed(task, execution, exc)
+                raise  # not ours to absorb: the loop itself is going down
             if current is not None:
                 current.uncancel()
             return self._stopped(execution)
