@@ -793,3 +793,23 @@ async def test_a_job_inserted_with_plain_sql_wakes_an_idle_worker(q: Queue, dsn:
                             "VALUES ('sql.made', '[1]', '{\"b\": \"x\"}')")
         await asyncio.wait_for(ran.wait(), 5)
     assert seen == [(1, "x")]
+
+
+async def test_a_task_raising_cancelled_error_itself_fails_the_attempt(
+    q: Queue, dsn: str
+) -> None:
+    """Awaiting a future cancelled elsewhere raises CancelledError in a task nobody
+    cancelled: that is a failure to record, not a job to leave running forever."""
+
+    @q.task(name="victim", retry_intervals=[60])
+    async def victim() -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+
+    job = await victim.enqueue_async()
+    await run_burst(q)
+    stored = await arow(dsn, job.id)
+    assert stored is not None
+    assert (stored["status"], stored["attempts"], stored["worker_id"]) == ("queued", 1, None)
+    assert "CancelledError" in stored["last_error"]

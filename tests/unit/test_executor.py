@@ -401,3 +401,18 @@ async def test_an_unrelated_cancellation_is_not_absorbed(q: Queue, executor: Exe
     execution.asyncio_task.cancel()  # the loop going down, not a stop()
     with pytest.raises(asyncio.CancelledError):
         await execution.asyncio_task
+
+
+async def test_a_cancelled_error_the_task_raises_itself_is_a_failure(
+    q: Queue, executor: Executor
+) -> None:
+    @q.task(name="victim")
+    async def victim() -> None:
+        raise asyncio.CancelledError()
+
+    execution = await start(executor, claimed("victim", attempt=1))
+    assert execution.asyncio_task is not None
+    outcome = await asyncio.wait_for(execution.asyncio_task, 5)
+    assert outcome is not None
+    assert outcome.kind == "retry"
+    assert "CancelledError" in (outcome.error or "")
