@@ -813,3 +813,54 @@ async def test_a_task_raising_cancelled_error_itself_fails_the_attempt(
     assert stored is not None
     assert (stored["status"], stored["attempts"], stored["worker_id"]) == ("queued", 1, None)
     assert "CancelledError" in stored["last_error"]
+
+
+@pytest.mark.usefixtures("side_table")
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
+    q: Queue, dsn: str, kind: str
+) -> None:
+    from pgqueue import LeaseLost
+
+    started = threading.Event()
+    go = threading.Event()
+    raised: list[BaseException] = []
+
+    if kind == "sync":
+        @q.task(name="late")
+        def late(ctx: JobContext) -> None:
+            started.set()
+            go.wait(10)
+            try:
+                with ctx.transaction() as conn:
+                    conn.execute("INSERT INTO side_effects VALUES (%s, 'late')", (ctx.job.id,))
+            except LeaseLost as exc:
+                raised.append(exc)
+                raise
+    else:
+        @q.task(name="late")
+        async def late(ctx: JobContext) -> None:
+            started.set()
+            await asyncio.to_thread(go.wait, 10)
+            try:
+                async with ctx.transaction() as conn:
+                    await conn.execute("INSERT INTO side_effects VALUES (%s, 'late')",
+                                       (ctx.job.id,))
+            except LeaseLost as exc:
+                raised.append(exc)
+                raise
+
+    job = await late.enqueue_async()
+    async with background_worker(q, lease=30, rescue_interval=3600) as worker:
+        await asyncio.to_thread(started.wait, 10)
+        # The job moved on (as after a lost lease) before the task opens its transaction.
+        await aexecute(dsn, "UPDATE pgqueue.jobs SET worker_id = 'other', attempts = 2 "
+                            "WHERE id = %s", (job.id,))
+        go.set()
+        await async_wait_until(lambda: not worker.executions, timeout=10)
+    assert len(raised) == 1
+    assert await aexecute(dsn, "SELECT * FROM side_effects") == []
+    stored = await arow(dsn, job.id)
+    assert stored is not None
+    # the other holder's row is untouched: our outcome was dropped, not forced
+    assert (stored["status"], stored["worker_id"], stored["attempts"]) == ("running", "other", 2)
