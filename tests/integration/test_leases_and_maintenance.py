@@ -451,3 +451,19 @@ async def test_a_dead_workers_job_is_recovered_within_lease_plus_five_seconds(
     assert stored["result"] == 2
     assert stored["started_at"] > found[0]  # not before the lease ran out
     assert (stored["started_at"] - found[0]).total_seconds() < 5
+
+
+async def test_a_running_worker_prunes_expired_results_on_its_own(q: Queue, dsn: str) -> None:
+    @q.task(name="quick")
+    async def quick() -> int:
+        return 1
+
+    short = await quick.using(result_ttl=0).enqueue_async()
+    kept = await quick.enqueue_async()
+    async with background_worker(q, prune_interval=0.3):
+        await async_wait_until(lambda: _gone(dsn, short.id), timeout=10)
+    assert (await arow(dsn, kept.id) or {}).get("status") == "succeeded"
+
+
+async def _gone(dsn: str, job_id: int) -> bool:
+    return await arow(dsn, job_id) is None

@@ -19,6 +19,8 @@ def test_defaults_follow_the_contract() -> None:
     assert settings.burst is False
     # expired leases are recovered within lease + 5 s: the rescuer runs every second
     assert settings.rescue_interval <= 5.0
+    # finished rows are deleted within a minute after their result_ttl passes
+    assert settings.prune_interval <= 30.0
 
 
 def test_heartbeats_every_third_of_the_lease() -> None:
