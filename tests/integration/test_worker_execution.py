@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import BaseModel
 
 from pgqueue import Discard, JobContext, Queue, Retry, Snooze
 from tests._polling import async_wait_until
@@ -864,3 +866,50 @@ async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
     assert stored is not None
     # the other holder's row is untouched: our outcome was dropped, not forced
     assert (stored["status"], stored["worker_id"], stored["attempts"]) == ("running", "other", 2)
+
+
+async def test_two_workers_share_the_jobs_and_run_each_exactly_once(q: Queue, dsn: str) -> None:
+    runs: Counter[int] = Counter()
+    by_worker: Counter[str] = Counter()
+
+    @q.task(name="noop")
+    async def noop(ctx: JobContext) -> None:
+        runs[ctx.job.id] += 1
+        by_worker[ctx.worker_id] += 1
+        await asyncio.sleep(0)
+
+    jobs = await noop.enqueue_many_async([() for _ in range(3000)])
+    await asyncio.gather(run_burst(q, concurrency=4), run_burst(q, concurrency=4))
+    assert set(runs) == {job.id for job in jobs}
+    assert max(runs.values()) == 1
+    assert len(by_worker) == 2, f"one worker did everything: {by_worker}"
+    done = await aexecute(dsn, "SELECT count(*) AS n FROM pgqueue.jobs "
+                               "WHERE status = 'succeeded' AND attempts = 1")
+    assert done == [{"n": 3000}]
+
+
+class Order(BaseModel):
+    id: uuid.UUID
+    placed_at: datetime
+    lines: list[str]
+
+
+async def test_annotated_arguments_are_rebuilt_to_their_types_in_the_worker(
+    q: Queue, dsn: str
+) -> None:
+    received: list[tuple[object, ...]] = []
+
+    @q.task(name="ship")
+    def ship(order: Order, ref: uuid.UUID, when: datetime, count: int = 1) -> str:
+        received.append((order, ref, when, count))
+        return order.lines[0]
+
+    order = Order(id=uuid.uuid4(), placed_at=datetime(2024, 3, 4, 5, 6, tzinfo=UTC),
+                  lines=["book"])
+    ref = uuid.uuid4()
+    job = await ship.enqueue_async({"id": str(order.id), "placed_at": "2024-03-04T05:06:00Z",
+                                    "lines": ["book"]}, ref, when=order.placed_at, count="2")
+    await run_burst(q)
+    assert received == [(order, ref, order.placed_at, 2)]
+    assert isinstance(received[0][0], Order)
+    assert (await arow(dsn, job.id) or {}).get("result") == "book"
