@@ -247,6 +247,11 @@ TEMPLATES: Final[dict[str, str]] = {
     # -- Heartbeat ---------------------------------------------------------------------
     # One statement: upsert this worker's row and extend the lease of every job it holds.
     # Returns the jobs still held, so the worker learns of lost leases and cancellations.
+    # It never waits for a row lock: a job row that another transaction has locked — a
+    # task's ctx.transaction(), which can last longer than the lease, or an outcome being
+    # written — is skipped (nobody can rescue a locked row) and reported as held from the
+    # statement's snapshot. Waiting would stall every other lease of this worker behind
+    # that lock, and the rescuer would take those jobs from a live worker.
     "heartbeat": """
         WITH worker AS (
             INSERT INTO {schema}.workers
@@ -256,12 +261,24 @@ TEMPLATES: Final[dict[str, str]] = {
             ON CONFLICT (id) DO UPDATE
                SET last_heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at
             RETURNING id
+        ),
+        held AS (
+            SELECT id, attempts, cancel_requested FROM {schema}.jobs
+             WHERE worker_id = %(worker_id)s AND status = 'running'
+        ),
+        extended AS (
+            UPDATE {schema}.jobs AS j
+               SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+              FROM worker, (SELECT id FROM {schema}.jobs
+                             WHERE worker_id = %(worker_id)s AND status = 'running'
+                               FOR UPDATE SKIP LOCKED) AS unlocked
+             WHERE j.id = unlocked.id AND j.worker_id = worker.id
+            RETURNING j.id, j.attempts, j.cancel_requested
         )
-        UPDATE {schema}.jobs AS j
-           SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-          FROM worker
-         WHERE j.worker_id = worker.id AND j.status = 'running'
-        RETURNING j.id, j.attempts, j.cancel_requested
+        SELECT id, attempts, cancel_requested FROM extended
+        UNION ALL
+        SELECT id, attempts, cancel_requested FROM held
+         WHERE id NOT IN (SELECT id FROM extended)
     """,
     "delete_worker": "DELETE FROM {schema}.workers WHERE id = %(worker_id)s",
     "select_workers": """
