@@ -81,3 +81,31 @@ def test_sigstop_past_the_lease_late_completion_is_refused_and_logged(
     print(f"\nB took the job over {float(took_over_after):.1f}s after A froze; A frozen "
           f"{resumed_at - frozen_at:.1f}s; refused in A's log: "
           f"{json.dumps(refusal.group(0))}")
+
+
+def test_a_transaction_longer_than_the_lease_costs_the_worker_none_of_its_jobs(
+    chaos_dsn: str, processes: Processes
+) -> None:
+    """Fencing must not misfire: a live worker keeps every lease while one of its tasks
+    holds ctx.transaction() — and so its job's row lock — open for twice the lease."""
+    dsn = chaos_dsn
+    worker = processes.start_worker(dsn, lease=LEASE, concurrency=4)
+    with chaos_app(dsn) as app:
+        # The long transaction's row comes first, so a heartbeat that waited for its
+        # lock would hold up the leases of all the others.
+        jobs = [app.long_transaction.enqueue(2 * LEASE).id,
+                *(app.hold.enqueue(2 * LEASE).id for _ in range(3))]
+    wait_until(lambda: scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE status = "
+                                   "'succeeded'") == len(jobs), timeout=4 * LEASE + 10,
+               message=f"the jobs finishing\n{worker.log()}")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0, worker.log()
+
+    # Each ran once, in this worker, at attempt 1: nothing was rescued or refused.
+    assert query(dsn, "SELECT job_id, worker_pid, attempt FROM chaos_runs ORDER BY job_id") == [
+        (job_id, worker.pid, 1) for job_id in jobs]
+    assert query(dsn, "SELECT id, attempts, result FROM pgqueue.jobs ORDER BY id") == [
+        (job_id, 1, {"pid": worker.pid, "attempt": 1}) for job_id in jobs]
+    assert scalar(dsn, "SELECT count(*) FROM chaos_effects") == 1
+    log = worker.log()
+    assert "lease lost" not in log and "Rescued" not in log, log

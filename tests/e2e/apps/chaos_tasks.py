@@ -113,3 +113,16 @@ def hold_sync(seconds: float, ctx: JobContext) -> dict[str, int]:
     record_run_sync(ctx)
     time.sleep(seconds)
     return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@q.task(name="chaos.long_transaction")
+async def long_transaction(seconds: float, ctx: JobContext) -> dict[str, int]:
+    """Hold ``ctx.transaction()`` (and so the job's row lock) open for ``seconds``."""
+    await record_run(ctx)
+    async with ctx.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO chaos_effects (job_id, worker_pid, attempt) VALUES (%s, %s, %s)",
+            (ctx.job.id, os.getpid(), ctx.attempt),
+        )
+        await asyncio.sleep(seconds)
+    return {"pid": os.getpid(), "attempt": ctx.attempt}
