@@ -138,8 +138,9 @@ UPGRADE = [
     """,
     "COMMENT ON TABLE {schema}.workers IS "
     "'pgqueue live worker processes; an empty queues array means every queue.'",
-    # -- Wake-ups: one NOTIFY per statement that makes jobs ready, naming their queues.
-    # -- A statement-level trigger also covers jobs inserted with plain SQL.
+    # -- Wake-ups: one NOTIFY per statement that inserts queued jobs, naming their queues.
+    # -- Jobs due later notify too: an idle worker then re-reads when the next job is due
+    # -- and sleeps exactly until then. A statement-level trigger also covers plain SQL.
     """
     CREATE FUNCTION {schema}.notify_jobs_ready() RETURNS trigger
     LANGUAGE plpgsql AS $$
@@ -148,7 +149,7 @@ UPGRADE = [
     BEGIN
         SELECT string_agg(DISTINCT queue, ',') INTO ready_queues
           FROM new_jobs
-         WHERE status = 'queued' AND run_at <= now();
+         WHERE status = 'queued';
         IF ready_queues IS NOT NULL THEN
             PERFORM pg_notify(TG_ARGV[0], ready_queues);
         END IF;

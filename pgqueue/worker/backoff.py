@@ -8,6 +8,7 @@ together.
 from __future__ import annotations
 
 import random
+import re
 
 import psycopg
 from psycopg import errors
@@ -48,11 +49,23 @@ class Backoff:
         self.failures = 0
 
 
+# Connection errors that name a configuration mistake rather than a passing outage. libpq
+# reports them without a SQLSTATE, so they are recognised by the server's FATAL message.
+_PERMANENT = re.compile(
+    r"password authentication failed|role \".*\" does not exist|"
+    r"database \".*\" does not exist|no pg_hba\.conf entry|"
+    r"password is required|SSL required|does not support SSL",
+    re.IGNORECASE,
+)
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Database errors worth retrying: lost connections, restarts, serialization clashes.
 
     The one place that classifies them, so every service reconnects on the same terms.
     """
+    if isinstance(exc, psycopg.OperationalError) and _PERMANENT.search(str(exc)):
+        return False  # waiting will not fix a wrong password, role or database name
     if isinstance(exc, errors.SerializationFailure | errors.DeadlockDetected):
         return True
     if isinstance(exc, errors.QueryCanceled | errors.LockNotAvailable):

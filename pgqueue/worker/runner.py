@@ -196,8 +196,16 @@ class Worker:
         promised). Every outcome is written by the completer with a synchronous commit,
         which also flushes the claim it follows. This removes one WAL flush from the
         path between a free slot and its next job (measured 2.25 ms → 0.85 ms per claim).
+
+        It also plans without sorts (``enable_sort = off``): the claim must walk
+        ``jobs_claim_idx``, which is already in claim order, and stop after ``limit``
+        rows. When the statistics under-count the queued rows (a table not yet analysed,
+        or analysed before a burst of enqueues), the planner otherwise picks a bitmap
+        scan of ``jobs_run_at_idx`` and sorts *every* ready job on each claim: 12.8 ms
+        instead of 0.56 ms per claim with 20,000 queued, growing with the backlog.
+        The only other statement on this connection, ``next_run_at``, needs no sort.
         """
-        return await self._connect(options="-c synchronous_commit=off")
+        return await self._connect(options="-c synchronous_commit=off -c enable_sort=off")
 
     # -- executions ---------------------------------------------------------------------
 
@@ -244,7 +252,11 @@ class Worker:
             loop.call_soon_threadsafe(self.completer.submit, outcome)
 
     def _recorded(self, outcome: Outcome, recorded: bool) -> None:
-        """Completer callback; nothing to do yet beyond its own logging."""
+        """Completer callback: a job retried or snoozed for less than the poll interval
+        wakes the producer when it is due (no NOTIFY is sent for a future run_at)."""
+        if recorded and outcome.kind in ("retry", "snooze") and \
+                0 < outcome.delay < self.settings.poll_interval and self._loop is not None:
+            self._loop.call_later(outcome.delay, self.producer.wake)
 
     def _lease_lost(self, execution: Execution) -> None:
         logger.warning("Job %s (%s): lease lost (the job was rescued or taken by another "
