@@ -13,6 +13,8 @@ from __future__ import annotations
 import signal
 import time
 
+import psycopg
+
 from tests._polling import wait_until
 from tests.e2e._chaos import Processes, chaos_app, query, scalar
 
@@ -27,17 +29,25 @@ def test_sigterm_finishes_short_jobs_and_releases_the_rest_without_using_the_att
     chaos_dsn: str, processes: Processes
 ) -> None:
     dsn = chaos_dsn
-    worker = processes.start_worker(dsn, concurrency=4, lease=10,
+    worker = processes.start_worker(dsn, concurrency=5, lease=10,
                                     shutdown_timeout=SHUTDOWN_TIMEOUT)
     worker_id = worker.worker_id(dsn)
     with chaos_app(dsn) as app:
         short = [app.hold.enqueue(1.5).id, app.hold.enqueue(1.5).id]
         long_async = app.hold.enqueue(60).id
         long_sync = app.hold_sync.enqueue(60).id
-        wait_until(lambda: _runs(dsn) == 4, timeout=20, message="all four jobs running")
+        # A job that already used an attempt: committed with attempts = 1, so this claim
+        # is its attempt 2, and the release must put it back to 1.
+        with psycopg.connect(dsn) as conn:
+            retried = app.hold.using(conn=conn).enqueue(60).id
+            conn.execute("UPDATE pgqueue.jobs SET attempts = 1 WHERE id = %s", (retried,))
+        wait_until(lambda: _runs(dsn) == 5, timeout=20, message="all five jobs running")
+        assert query(dsn, "SELECT attempt FROM chaos_runs WHERE job_id = %s",
+                     (retried,)) == [(2,)]
         # With every slot taken this one stays queued, never claimed.
         waiting = app.hold.enqueue(1).id
-        released = {long_async, long_sync}
+        released = {long_async, long_sync, retried}
+        before_claim = {long_async: 0, long_sync: 0, retried: 1}
 
         worker.signal(signal.SIGTERM)
         signalled = time.monotonic()
@@ -48,7 +58,7 @@ def test_sigterm_finishes_short_jobs_and_releases_the_rest_without_using_the_att
                    timeout=SHUTDOWN_TIMEOUT, message="the short jobs finishing during the drain")
         # ...and the others go back to the queue as soon as it has run out.
         wait_until(lambda: scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE id = ANY(%s) "
-                                       "AND status = 'queued'", (list(released),)) == 2,
+                                       "AND status = 'queued'", (list(released),)) == 3,
                    timeout=SHUTDOWN_TIMEOUT + 5, message=f"the long jobs released\n{worker.log()}")
         released_after = time.monotonic() - signalled
         assert worker.wait(10) == 0, worker.log()
@@ -57,12 +67,14 @@ def test_sigterm_finishes_short_jobs_and_releases_the_rest_without_using_the_att
         rows = query(dsn, "SELECT id, status, attempts, worker_id, lease_expires_at, "
                           "run_at <= now() FROM pgqueue.jobs WHERE id = ANY(%s) ORDER BY id",
                      (list(released),))
-        # Back to queued at once, the attempt given back (0 = its value before the claim),
+        # Back to queued at once, the attempt given back (attempts as before the claim),
         # no holder, no lease.
-        assert rows == [(job_id, "queued", 0, None, None, True) for job_id in sorted(released)]
+        assert rows == [(job_id, "queued", before_claim[job_id], None, None, True)
+                        for job_id in sorted(released)]
         for job_id in released:
             job = app.q.get_job(job_id)
-            assert job is not None and job.status == "queued" and job.attempts == 0
+            assert job is not None
+            assert (job.status, job.attempts) == ("queued", before_claim[job_id])
         assert query(dsn, "SELECT status, attempts FROM pgqueue.jobs WHERE id = %s",
                      (waiting,)) == [("queued", 0)]
         assert query(dsn, "SELECT status, attempts FROM pgqueue.jobs WHERE id = ANY(%s)",
@@ -72,7 +84,7 @@ def test_sigterm_finishes_short_jobs_and_releases_the_rest_without_using_the_att
     assert scalar(dsn, "SELECT count(*) FROM pgqueue.workers WHERE id = %s", (worker_id,)) == 0
     log = worker.log()
     assert "Shutting down" in log, log
-    assert "releasing 2 unfinished job(s)" in log, log
+    assert "releasing 3 unfinished job(s)" in log, log
     assert "Traceback" not in log, log
     assert SHUTDOWN_TIMEOUT - 0.5 <= released_after <= SHUTDOWN_TIMEOUT + 3, released_after
     print(f"\nreleased {released_after:.1f}s and exited {exited_after:.1f}s after SIGTERM "
