@@ -68,10 +68,11 @@ class Heartbeat:
         candidates = [e for e in self._running() if e.started < started]
         cursor = await self._conn.execute(self._queries["heartbeat"], self._params)
         held = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
-        self.last_success = started
         if self.failing_since is not None:
-            logger.info("Heartbeats work again after %.1f s.", started - self.failing_since)
+            logger.info("Heartbeats work again, %.1f s after the last one that succeeded.",
+                        started - self.last_success)
             self.failing_since = None
+        self.last_success = started
         for execution in candidates:
             if execution.asyncio_task is not None and execution.asyncio_task.done():
                 continue
