@@ -76,6 +76,10 @@ class Signature:
                 adapters[name] = TypeAdapter(annotation)
         return signature.replace(parameters=parameters), context_name, adapters
 
+    @cached_property
+    def _full_signature(self) -> inspect.Signature:
+        return inspect.signature(self.func)
+
     @property
     def context_parameter(self) -> str | None:
         """Name of the parameter that receives the JobContext, if any."""
@@ -284,6 +288,15 @@ class Signature:
         with_context = context is not None and context_name is not None
         if not adapters and not with_context:
             return args, kwargs
+        shape = self._plain_shape
+        if not with_context and not kwargs and shape is not None and self._json_native \
+                and shape[0] <= len(args) <= len(shape[1]):
+            # The common case (positional, JSON-native annotations): validate by position,
+            # without binding — this runs once per job in the worker.
+            return [
+                adapters[name].validate_python(value) if name in adapters else value
+                for name, value in zip(shape[1], args, strict=False)
+            ], {}
         bound = signature.bind(*args, **kwargs)
         for name, value in bound.arguments.items():
             adapter = adapters.get(name)
@@ -301,5 +314,5 @@ class Signature:
             # are passed where they belong rather than shifted into its place.
             arguments = dict(bound.arguments)
             arguments[context_name] = context
-            bound = inspect.BoundArguments(inspect.signature(self.func), arguments)
+            bound = inspect.BoundArguments(self._full_signature, arguments)
         return list(bound.args), dict(bound.kwargs)
