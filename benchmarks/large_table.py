@@ -22,6 +22,7 @@ Filling 10M rows takes a few minutes; ``--finished 20000`` is a smoke run.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import time
@@ -107,6 +108,7 @@ def measure_claims(dsn: str, claims: int, limit: int) -> dict[str, Any]:
             claimed += len(rows)
     rest = times[1:] or times
     return {
+        "load_1m": round(os.getloadavg()[0], 2),
         "claims": claims,
         "claimed": claimed,
         "first_ms": c.rounded(times[0], 3) if times else None,
