@@ -194,7 +194,8 @@ def machine(dsn: str) -> dict[str, Any]:
     except Exception:  # informational only
         pass
     with connect(dsn) as conn:
-        for name in ("server_version", "shared_buffers", "fsync", "synchronous_commit"):
+        for name in ("server_version", "shared_buffers", "fsync", "synchronous_commit",
+                     "autovacuum"):
             row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
             info[f"pg_{name}"] = row[0] if row else None
     return info

@@ -41,7 +41,7 @@ CASES = {
     ),
     "soak": (
         ["--minutes", "0.2", "--rate", "200"],
-        {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end",
+        {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
          "jobs_mb_max", "drained"},
     ),
 }
