@@ -81,7 +81,7 @@ UPDATE pgqueue.jobs
        result = 'null'::jsonb
  WHERE status = 'queued' AND run_at < now() - interval '30 minutes'
 """
-CLAIM_PARAMS: dict[str, Any] = {"worker_id": "bench-claimer", "lease": 30.0,
+CLAIM_PARAMS: dict[str, Any] = {"worker_id": "bench-claimer", "lease": 30.0, "token": 1,
                                 "queues": [c.QUEUE_NAME]}
 
 

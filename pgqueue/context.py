@@ -44,10 +44,14 @@ class JobContext:
         queries: Queries,
         report_progress: Callable[[str], None],
         connections: TransactionSource,
+        lease_token: int | None = None,
     ) -> None:
         self.job = job
         self.attempt = job.attempts
         self.worker_id = worker_id
+        # The claim's lease_token: ctx.transaction() locks and completes the job only
+        # while the row still carries it (the same fence as the completer's).
+        self.lease_token = lease_token
         self.logger = logging.LoggerAdapter(
             logger,
             {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts},
@@ -93,7 +97,7 @@ class JobContext:
         return JobTransaction(self)
 
     def _fence_params(self) -> dict[str, Any]:
-        return {"id": self.job.id, "attempt": self.attempt, "worker_id": self.worker_id}
+        return {"id": self.job.id, "token": self.lease_token}
 
 
 class JobTransaction:

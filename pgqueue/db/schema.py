@@ -73,7 +73,8 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
             Integer,
             nullable=False,
             server_default=text("0"),
-            comment="Number of claims; the (id, attempts, worker_id) triple fences every outcome.",
+            comment="Number of claims that counted (snoozes and shutdown releases give "
+            "theirs back).",
         ),
         Column("max_attempts", Integer, nullable=False, server_default=text("3")),
         Column("idempotency_key", Text),
@@ -98,6 +99,12 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
             _TIMESTAMPTZ,
             comment="Set when the job finishes (succeeded or cancelled): finished_at + "
             "result_ttl; the pruner deletes the row after it.",
+        ),
+        Column(
+            "lease_token",
+            BigInteger,
+            comment="Random per claim; with id it fences every outcome of that claim. NULL "
+            "while queued.",
         ),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
         CheckConstraint(

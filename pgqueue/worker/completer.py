@@ -1,10 +1,11 @@
 """The completer: the only writer of outcomes. Batches them and writes them fenced.
 
 Outcomes collect for a moment (``flush_interval``) and go to the database in one
-``complete_jobs`` statement. The statement changes a row only if it is still ``running``
-under this worker and this attempt; an outcome whose row was not changed is reported as a
-lost lease and dropped, never forced. On a lost connection the batch is kept and written
-again after reconnecting: nothing the executor decided is forgotten while the process lives.
+``complete_jobs`` statement. The statement changes a row only if it still carries the
+``lease_token`` of the claim the outcome belongs to; an outcome whose row was not changed
+is reported as a lost lease and dropped, never forced. On a lost connection the batch is
+kept and written again after reconnecting: nothing the executor decided is forgotten while
+the process lives.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -25,6 +27,15 @@ logger = logging.getLogger("pgqueue.worker")
 
 MAX_BATCH = 1000
 
+# Session settings of the completer's connection. complete_jobs is prepared (psycopg
+# does so after five executions) and PostgreSQL may then cache a generic plan. Made while
+# the table is small, that plan seq-scans jobs, and it is kept as the table grows: the
+# write then costs O(rows) per batch (measured 0.7 s -> 33 s per batch within two
+# minutes of a 4,100 jobs/s soak, when worker_id was still part of the fence). With
+# sequential scans off, the primary key is the only way to a row, whatever the
+# statistics said when the plan was made. No other statement on this connection scans.
+CONNECTION_OPTIONS = "-c enable_seqscan=off"
+
 
 class Completer:
     """Collects outcomes from executions and records them in batches."""
@@ -34,13 +45,11 @@ class Completer:
         *,
         connect: Callable[[], Any],
         queries: Queries,
-        worker_id: str,
         on_recorded: Callable[[Outcome, bool], None],
         flush_interval: float = 0.002,
     ) -> None:
         self._connect = connect
         self._queries = queries
-        self._worker_id = worker_id
         self._on_recorded = on_recorded
         self._flush_interval = flush_interval
         self._pending: dict[tuple[int, int], Outcome] = {}
@@ -53,14 +62,12 @@ class Completer:
 
     def submit(self, outcome: Outcome) -> None:
         """Queue an outcome for the next batch (progress merges into a later final outcome)."""
-        key = (outcome.job_id, outcome.attempt)
+        key = outcome.key
         previous = self._pending.get(key)
         if previous is not None:
             if previous.final and not outcome.final:
                 # A final outcome already waits; carry the newer progress along with it.
-                outcome = Outcome(previous.job_id, previous.attempt, previous.kind,
-                                  previous.result, previous.error, previous.delay,
-                                  outcome.progress, previous.task)
+                outcome = replace(previous, progress=outcome.progress)
             else:
                 outcome = outcome.merged_with_progress(previous.progress)
         self._pending[key] = outcome
@@ -120,23 +127,18 @@ class Completer:
     async def _write(self, conn: psycopg.AsyncConnection[Any], batch: list[Outcome]) -> None:
         params = {
             "ids": [o.job_id for o in batch],
-            "attempts": [o.attempt for o in batch],
+            "tokens": [o.token for o in batch],
             "kinds": [o.kind for o in batch],
             "results": [o.result for o in batch],
             "errors": [o.error for o in batch],
             "delays": [o.delay for o in batch],
             "progress": [o.progress for o in batch],
-            "worker_id": self._worker_id,
         }
-        # Never prepared: planned afresh for every batch. psycopg prepares a statement
-        # after five executions and PostgreSQL may then keep a generic plan made while
-        # the table was small; for this statement that plan seq-scans jobs and loops
-        # over the outcomes for every row of this worker, so a write grows with the
-        # table (measured 0.7 s -> 33 s per batch within two minutes of a 4,100 jobs/s
-        # soak) and the completer never catches up. Planning costs ~0.35 ms a batch.
-        cursor = await conn.execute(self._queries["complete_jobs"], params, prepare=False)
+        # Prepared after five executions like any statement; see CONNECTION_OPTIONS for
+        # why its cached plan cannot degrade into a sequential scan.
+        cursor = await conn.execute(self._queries["complete_jobs"], params)
         rows = await cursor.fetchall()
-        changed = {row[0] for row in rows}
+        changed = {(row[0], row[4]) for row in rows}
         ready_queues = sorted({row[2] for row in rows if row[1] in ("release", "retry", "snooze")
                                and row[3]})
         if ready_queues:
@@ -144,7 +146,7 @@ class Completer:
                 "channel": notify_channel(self._queries.schema), "queues": ",".join(ready_queues),
             })
         for outcome in batch:
-            recorded = outcome.job_id in changed
+            recorded = outcome.key in changed
             if not recorded:
                 logger.warning(
                     "Job %s (%s): the %s outcome of attempt %s was refused: this worker no "

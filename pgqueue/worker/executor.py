@@ -89,7 +89,7 @@ class Executor:
         ctx = JobContext(
             snapshot, worker_id=self.worker_id, queries=self.queries,
             report_progress=lambda value: self.report_progress(job, value),
-            connections=self.connections,
+            connections=self.connections, lease_token=job.token,
         )
         task = self.tasks.get(job.task)
         return Execution(job, ctx, is_sync=task is not None and not task.is_async)
@@ -159,9 +159,8 @@ class Executor:
                            job.id, job.task, job.attempt, extra=_extra(job))
             return None
         if reason == "shutdown":
-            return Outcome(job.id, job.attempt, "release", task=job.task)
-        return Outcome(job.id, job.attempt, "cancelled", error="cancelled while running",
-                       task=job.task)
+            return Outcome.of(job, "release")
+        return Outcome.of(job, "cancelled", error="cancelled while running")
 
     def _succeeded(self, execution: Execution, result: Any) -> Outcome | None:
         job = execution.job
@@ -171,12 +170,12 @@ class Executor:
             if execution.ctx.completed_in_transaction:
                 logger.error("Job %s (%s): %s; the job stays succeeded without a result.",
                              job.id, job.task, exc, extra=_extra(job))
-                return Outcome(job.id, job.attempt, "result", None, task=job.task)
+                return Outcome.of(job, "result")
             return self._final_or_retry(execution, str(exc), None)
         kind: OutcomeKind = "result" if execution.ctx.completed_in_transaction else "succeeded"
         logger.debug("Job %s (%s) succeeded in %.1f ms.", job.id, job.task,
                      (time.monotonic() - execution.started) * 1000, extra=_extra(job))
-        return Outcome(job.id, job.attempt, kind, encoded, task=job.task)
+        return Outcome.of(job, kind, encoded)
 
     def _failed(
         self, task: Task[Any, Any], execution: Execution, exc: BaseException
@@ -188,9 +187,9 @@ class Executor:
         if execution.ctx.completed_in_transaction:
             logger.warning("Job %s (%s) raised after ctx.transaction() committed; it stays "
                            "succeeded.", job.id, job.task, exc_info=exc, extra=_extra(job))
-            return Outcome(job.id, job.attempt, "result", None, task=job.task)
+            return Outcome.of(job, "result")
         if isinstance(exc, Snooze):
-            return Outcome(job.id, job.attempt, "snooze", delay=exc.seconds, task=job.task)
+            return Outcome.of(job, "snooze", delay=exc.seconds)
         if isinstance(exc, Discard):
             return self._dead(job, f"discarded: {exc.reason}")
         if isinstance(exc, Retry):
@@ -215,13 +214,13 @@ class Executor:
                        job.id, job.task, job.attempt, job.max_attempts, delay,
                        error.strip().splitlines()[-1] if error.strip() else error,
                        extra=_extra(job))
-        return Outcome(job.id, job.attempt, "retry", error=error, delay=delay, task=job.task)
+        return Outcome.of(job, "retry", error=error, delay=delay)
 
     def _dead(self, job: ClaimedJob, error: str) -> Outcome:
         error = _storable(error)
         logger.error("Job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
                      error.strip().splitlines()[-1] if error.strip() else error, extra=_extra(job))
-        return Outcome(job.id, job.attempt, "dead", error=error, task=job.task)
+        return Outcome.of(job, "dead", error=error)
 
 
 def _storable(error: str) -> str:

@@ -85,7 +85,7 @@ class Heartbeat:
             if execution.ctx.transaction_open or execution.ctx.completed_in_transaction:
                 continue
             state = held.get(execution.job.id)
-            if state is None or state[0] != execution.job.attempt:
+            if state is None or state[0] != execution.job.token:
                 self._on_lease_lost(execution)
             elif state[1]:
                 self._on_cancel_requested(execution)

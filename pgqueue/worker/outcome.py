@@ -6,7 +6,7 @@ writes outcomes to the database. Both are plain frozen values, easy to test alon
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -38,28 +38,42 @@ class ClaimedJob:
     meta: dict[str, Any]
     run_at: datetime
     created_at: datetime
+    token: int  # this claim's lease_token: the fence of every outcome it records
 
     @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> ClaimedJob:
-        """From a claim_jobs_* row (column order of its RETURNING list)."""
+    def from_row(cls, row: tuple[Any, ...], token: int) -> ClaimedJob:
+        """From a claim_jobs_* row (column order of its RETURNING list) and its token."""
         (job_id, queue, task, args, kwargs, priority, attempt, max_attempts, timeout,
          meta, run_at, created_at) = row
         return cls(job_id, queue, task, args, kwargs, priority, attempt, max_attempts,
-                   timeout, meta, run_at, created_at)
+                   timeout, meta, run_at, created_at, token)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the completer must record for one claim (job id + attempt)."""
+    """What the completer must record for one claim (job id + lease token)."""
 
     job_id: int
-    attempt: int
+    attempt: int  # for messages; the token is the fence
+    token: int
     kind: OutcomeKind
     result: str | None = None  # JSON text
     error: str | None = None
     delay: float = 0.0
     progress: str | None = None  # JSON text for meta.progress
     task: str = field(default="", compare=False)
+
+    @classmethod
+    def of(cls, job: ClaimedJob, kind: OutcomeKind, result: str | None = None, *,
+           error: str | None = None, delay: float = 0.0, progress: str | None = None) -> Outcome:
+        """The outcome ``kind`` of this claim of ``job``."""
+        return cls(job.id, job.attempt, job.token, kind, result, error, delay, progress,
+                   job.task)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Identifies the claim: one pending outcome per key."""
+        return (self.job_id, self.token)
 
     @property
     def final(self) -> bool:
@@ -70,5 +84,4 @@ class Outcome:
         """This outcome carrying a progress value reported earlier in the same batch."""
         if progress is None or self.progress is not None:
             return self
-        return Outcome(self.job_id, self.attempt, self.kind, self.result, self.error,
-                       self.delay, progress, self.task)
+        return replace(self, progress=progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -72,10 +73,12 @@ class Producer:
         """Claim up to ``limit`` ready jobs in one statement."""
         if self._conn is None or self._conn.closed:
             self._conn = await self._connect()
+        token = secrets.randbits(63)  # fences every outcome of this claim (lease_token)
         cursor = await self._conn.execute(
-            self._claim_query, self._claim_params | {"limit": limit}, prepare=True
+            self._claim_query, self._claim_params | {"limit": limit, "token": token},
+            prepare=True,
         )
-        jobs = [ClaimedJob.from_row(row) for row in await cursor.fetchall()]
+        jobs = [ClaimedJob.from_row(row, token) for row in await cursor.fetchall()]
         self.claimed += len(jobs)
         return jobs
 

@@ -27,6 +27,7 @@ import pytest
 from psycopg import sql
 
 from pgqueue.db.queries import for_schema
+from pgqueue.worker.completer import CONNECTION_OPTIONS as COMPLETER_OPTIONS
 from tests._database import DatabaseFactory, DatabaseServer, TemplateCache
 
 ROWS = 1_000_000
@@ -59,7 +60,8 @@ SELECT (ARRAY['default', 'email', 'reports', 'high'])[1 + g %% 4],
   FROM generate_series(1, %(rows)s) AS g, LATERAL (SELECT g %% 1000 AS r) AS position
 """
 
-CLAIM_PARAMS: dict[str, Any] = {"limit": 10, "worker_id": "worker-plan-test", "lease": 30.0}
+CLAIM_PARAMS: dict[str, Any] = {"limit": 10, "worker_id": "worker-plan-test", "lease": 30.0,
+                                "token": 1}
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +231,40 @@ def test_rescuer_finds_expired_leases_through_the_lease_index(big_queue: str) ->
 def test_pruner_finds_finished_rows_through_the_finished_index(big_queue: str) -> None:
     plan = _explain(big_queue, QUERIES["prune_finished_jobs"], {"limit": 100})
     _assert_uses_index(plan, "jobs_expires_idx")
+
+
+# The completer's statement, prepared while the table is nearly empty (a new deployment:
+# psycopg prepares it on its sixth batch). PostgreSQL may then cache a generic plan made
+# from those tiny statistics and keep it while the table grows: a sequential scan of
+# jobs for every batch. The completer's connection therefore plans with
+# enable_seqscan = off (COMPLETER_OPTIONS), which leaves the primary key as the only way
+# to reach a row.
+COMPLETE_PARAMS: dict[str, Any] = {
+    "ids": [1, 2], "tokens": [1, 1], "kinds": ["succeeded", "dead"], "results": ["1", None],
+    "errors": [None, "boom"], "delays": [0.0, 0.0], "progress": [None, None],
+}
+
+
+@pytest.mark.parametrize("completer_settings", [True, False], ids=["completer", "defaults"])
+def test_complete_jobs_generic_plan_made_on_an_empty_table_reaches_rows_by_primary_key(
+    dsn: str, completer_settings: bool
+) -> None:
+    text, names = _as_prepared(QUERIES["complete_jobs"])
+    options = COMPLETER_OPTIONS if completer_settings else ""
+    with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor, options=options) as conn:
+        conn.execute(b"PREPARE plan_under_test AS " + text)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        arguments = sql.SQL(", ").join(sql.Literal(COMPLETE_PARAMS[name]) for name in names)
+        row = conn.execute(
+            sql.SQL("EXPLAIN (FORMAT JSON) EXECUTE plan_under_test({})").format(arguments)
+        ).fetchone()
+        conn.rollback()
+    assert row is not None
+    plan: dict[str, Any] = row[0][0]
+    if completer_settings:
+        _assert_uses_index(plan, "jobs_pkey")
+    else:
+        # Why the setting exists: PostgreSQL's own choice here scans the whole table.
+        scanned = [n.get("Relation Name") for n in _nodes(plan["Plan"])
+                   if n["Node Type"] == "Seq Scan"]
+        assert "jobs" in scanned, _describe(plan)

@@ -1,6 +1,6 @@
 """Leases, fencing and maintenance at the SQL level and with a live worker.
 
-* Fencing: ``complete_jobs`` changes a row only for the worker and attempt holding it.
+* Fencing: ``complete_jobs`` changes a row only for the claim holding it (its lease token).
 * Heartbeat: extends this worker's leases in one statement and reports what it holds.
 * Rescuer: expired leases go back to ``queued`` (attempt counted, "lease expired") or to
   ``dead_jobs`` when the attempts are spent.
@@ -82,26 +82,24 @@ async def insert_job(db: psycopg.AsyncConnection[Any], **columns: Any) -> int:
     return int(found[0])
 
 
-async def claim(db: psycopg.AsyncConnection[Any], worker_id: str, limit: int = 10) -> list[Any]:
-    cursor = await db.execute(
-        QUERIES["claim_jobs_any_queue"], {"limit": limit, "worker_id": worker_id, "lease": 30.0}
-    )
+async def claim(
+    db: psycopg.AsyncConnection[Any], worker_id: str, token: int, limit: int = 10
+) -> list[Any]:
+    cursor = await db.execute(QUERIES["claim_jobs_any_queue"], {
+        "limit": limit, "worker_id": worker_id, "lease": 30.0, "token": token})
     return await cursor.fetchall()
 
 
-async def complete(
-    db: psycopg.AsyncConnection[Any], worker_id: str, *outcomes: tuple[int, int, str]
-) -> list[Any]:
-    """Run complete_jobs for (id, attempt, kind) outcomes; return the rows it changed."""
+async def complete(db: psycopg.AsyncConnection[Any], *outcomes: tuple[int, int, str]) -> list[Any]:
+    """Run complete_jobs for (id, lease token, kind) outcomes; return the rows it changed."""
     cursor = await db.execute(QUERIES["complete_jobs"], {
         "ids": [o[0] for o in outcomes],
-        "attempts": [o[1] for o in outcomes],
+        "tokens": [o[1] for o in outcomes],
         "kinds": [o[2] for o in outcomes],
         "results": ['"ok"' for _ in outcomes],
         "errors": ["failed" if o[2] in ("retry", "dead") else None for o in outcomes],
         "delays": [0.0 for _ in outcomes],
         "progress": [None for _ in outcomes],
-        "worker_id": worker_id,
     })
     return await cursor.fetchall()
 
@@ -111,41 +109,73 @@ async def complete(
 
 @pytest.mark.parametrize("kind", ["succeeded", "retry", "snooze", "release", "cancelled",
                                   "progress", "dead"])
-async def test_completion_is_fenced_on_worker_and_attempt(
+async def test_completion_is_fenced_on_the_claims_lease_token(
     db: psycopg.AsyncConnection[Any], dsn: str, kind: str
 ) -> None:
     job_id = await insert_job(db)
-    [claimed] = await claim(db, "w1")
+    [claimed] = await claim(db, "w1", token=1001)
     assert claimed[0] == job_id
     before = await arow(dsn, job_id)
+    assert before is not None and before["lease_token"] == 1001
 
-    assert await complete(db, "w1", (job_id, 0, kind)) == []  # stale attempt
-    assert await complete(db, "w1", (job_id, 2, kind)) == []  # future attempt
-    assert await complete(db, "w2", (job_id, 1, kind)) == []  # another worker
+    assert await complete(db, (job_id, 1000, kind)) == []  # another claim's token
+    assert await complete(db, (job_id + 1, 1001, kind)) == []  # another job
     assert await arow(dsn, job_id) == before
 
-    changed = await complete(db, "w1", (job_id, 1, kind))
-    assert [r[0] for r in changed] == [job_id]
+    changed = await complete(db, (job_id, 1001, kind))
+    assert [(r[0], r[4]) for r in changed] == [(job_id, 1001)]
+    after = await arow(dsn, job_id)
+    if kind == "dead":
+        assert after is None  # moved to dead_jobs
+    else:
+        # Back in the queue the token is gone: no outcome of this claim can match again.
+        assert after is not None
+        assert after["lease_token"] == (None if kind in ("retry", "snooze", "release") else 1001)
+
+
+async def test_a_claim_lost_in_a_crash_cannot_complete_the_same_workers_next_claim(
+    db: psycopg.AsyncConnection[Any], dsn: str
+) -> None:
+    """Claims commit asynchronously, so a PostgreSQL crash can undo one: the row is
+    ``queued`` again with the attempt count it had before. The same worker may claim it
+    again at the same attempt number; (id, attempts, worker_id) would then be equal for
+    both claims, so only the token tells the pre-crash run's outcome from the new one."""
+    job_id = await insert_job(db)
+    [first] = await claim(db, "w1", token=7)
+    # What crash recovery leaves when the claim's commit never reached disk:
+    await db.execute("UPDATE pgqueue.jobs SET status = 'queued', attempts = 0, worker_id = NULL, "
+                     "lease_token = NULL, lease_expires_at = NULL, started_at = NULL "
+                     "WHERE id = %s", (job_id,))
+    [second] = await claim(db, "w1", token=8)
+    assert (first[0], first[6]) == (second[0], second[6]) == (job_id, 1)  # same id, attempt
+
+    assert await complete(db, (job_id, 7, "succeeded")) == []
+    stored = await arow(dsn, job_id)
+    assert stored is not None
+    assert (stored["status"], stored["lease_token"]) == ("running", 8)
+    assert len(await complete(db, (job_id, 8, "succeeded"))) == 1
 
 
 async def test_late_completion_after_rescue_and_reclaim_changes_nothing(
     db: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
     job_id = await insert_job(db)
-    await claim(db, "w1")
+    await claim(db, "w1", token=1)
     await db.execute("UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second'")
     async with maintenance(dsn) as service:
         assert await service.rescue() == 1
-    [reclaimed] = await claim(db, "w2")
+    rescued = await arow(dsn, job_id)
+    assert rescued is not None and rescued["lease_token"] is None
+    [reclaimed] = await claim(db, "w2", token=2)
     assert reclaimed[0] == job_id
     assert reclaimed[6] == 2  # attempts
 
-    assert await complete(db, "w1", (job_id, 1, "succeeded")) == []
+    assert await complete(db, (job_id, 1, "succeeded")) == []
     stored = await arow(dsn, job_id)
     assert stored is not None
     assert (stored["status"], stored["worker_id"], stored["attempts"]) == ("running", "w2", 2)
 
-    assert len(await complete(db, "w2", (job_id, 2, "succeeded"))) == 1
+    assert len(await complete(db, (job_id, 2, "succeeded"))) == 1
     stored = await arow(dsn, job_id)
     assert stored is not None
     assert (stored["status"], stored["result"]) == ("succeeded", "ok")
@@ -156,17 +186,17 @@ async def test_completer_reports_refused_outcomes_and_records_the_rest(
 ) -> None:
     held = await insert_job(db)
     other = await insert_job(db)
-    await claim(db, "w1", limit=1)
-    await claim(db, "w2", limit=1)
+    await claim(db, "w1", token=1, limit=1)
+    await claim(db, "w2", token=2, limit=1)
     recorded: list[tuple[int, str, bool]] = []
     completer = Completer(
-        connect=connector(dsn), queries=QUERIES, worker_id="w1",
+        connect=connector(dsn), queries=QUERIES,
         on_recorded=lambda o, ok: recorded.append((o.job_id, o.kind, ok)),
     )
     runner = asyncio.create_task(completer.run())
     try:
-        completer.submit(Outcome(held, 1, "succeeded", '{"n": 1}'))
-        completer.submit(Outcome(other, 1, "succeeded", '{"n": 2}'))  # held by w2
+        completer.submit(Outcome(held, 1, 1, "succeeded", '{"n": 1}'))
+        completer.submit(Outcome(other, 1, 1, "succeeded", '{"n": 2}'))  # held by w2 (token 2)
         await asyncio.wait_for(completer.wait_idle(), 10)
     finally:
         runner.cancel()
@@ -184,18 +214,18 @@ class FakeExecution:
     """What the heartbeat reads from an execution: the claim, its start and its context."""
 
     job_id: int
-    attempt: int
+    token: int
     started: float = field(default_factory=lambda: time.monotonic() - 1)
     asyncio_task: Any = None
 
     @property
     def job(self) -> Any:
-        return type("J", (), {"id": self.job_id, "attempt": self.attempt})()
+        return type("J", (), {"id": self.job_id, "token": self.token})()
 
     @cached_property
     def ctx(self) -> JobContext:
         snapshot = Job(id=self.job_id, queue="default", task="t", args=[], kwargs={},
-                       status="running", attempts=self.attempt)
+                       status="running", attempts=1)
         return JobContext(snapshot, worker_id="w1", queries=QUERIES,
                           report_progress=lambda value: None, connections=None)  # type: ignore[arg-type]
 
@@ -204,14 +234,19 @@ async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
     db: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
     kept = await insert_job(db, status="running", attempts=1, worker_id="w1",
-                            lease_expires_at=2)
+                            lease_expires_at=2, lease_token=11)
     cancelled = await insert_job(db, status="running", attempts=1, worker_id="w1",
-                                 lease_expires_at=2, cancel_requested=True)
+                                 lease_expires_at=2, cancel_requested=True, lease_token=11)
     stolen = await insert_job(db, status="running", attempts=2, worker_id="w2",
-                              lease_expires_at=2)
-    finished = await insert_job(db, status="succeeded", attempts=1, worker_id="w1")
-    executions = [FakeExecution(kept, 1), FakeExecution(cancelled, 1), FakeExecution(stolen, 1),
-                  FakeExecution(finished, 1)]
+                              lease_expires_at=2, lease_token=22)
+    finished = await insert_job(db, status="succeeded", attempts=1, worker_id="w1",
+                                lease_token=11)
+    # Ours again, but under a newer claim than the execution's (a lost claim, re-claimed).
+    reclaimed = await insert_job(db, status="running", attempts=1, worker_id="w1",
+                                 lease_expires_at=2, lease_token=12)
+    executions = [FakeExecution(kept, 11), FakeExecution(cancelled, 11),
+                  FakeExecution(stolen, 11), FakeExecution(finished, 11),
+                  FakeExecution(reclaimed, 11)]
     lost: list[int] = []
     cancel: list[int] = []
     heartbeat = Heartbeat(
@@ -227,7 +262,7 @@ async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
     finally:
         if heartbeat._conn is not None:
             await heartbeat._conn.close()
-    assert sorted(lost) == sorted([stolen, finished])
+    assert sorted(lost) == sorted([stolen, finished, reclaimed])
     assert cancel == [cancelled]
     leases = await aexecute(
         dsn,
@@ -247,14 +282,15 @@ async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
 async def test_heartbeat_query_returns_the_jobs_still_held(
     db: psycopg.AsyncConnection[Any],
 ) -> None:
-    mine = await insert_job(db, status="running", attempts=3, worker_id="w1", lease_expires_at=1)
+    mine = await insert_job(db, status="running", attempts=3, worker_id="w1", lease_expires_at=1,
+                            lease_token=5)
     await insert_job(db, status="running", attempts=1, worker_id="w9", lease_expires_at=1)
     await insert_job(db, status="queued")
     cursor = await db.execute(QUERIES["heartbeat"], {
         "worker_id": "w1", "hostname": "h", "pid": 1, "queues": ["a", "b"], "concurrency": 2,
         "lease": 30.0,
     })
-    assert await cursor.fetchall() == [(mine, 3, False)]
+    assert await cursor.fetchall() == [(mine, 5, False)]
     cursor = await db.execute("SELECT queues FROM pgqueue.workers WHERE id = 'w1'")
     assert await cursor.fetchone() == (["a", "b"],)
 

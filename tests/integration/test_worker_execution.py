@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -60,6 +61,22 @@ async def test_twenty_thousand_noop_jobs_each_run_exactly_once(q: Queue, dsn: st
     assert stats == [{"total": 20_000, "clean": 20_000}]
     assert await aexecute(dsn, "SELECT id FROM pgqueue.dead_jobs") == []
     assert elapsed < 60, f"20,000 no-op jobs took {elapsed:.1f}s"
+
+
+async def test_arguments_reach_the_task_exactly_as_enqueued(q: Queue) -> None:
+    """The claim connection decodes jsonb with orjson, which would turn integers beyond
+    64 bits into floats; pgqueue's loader must hand them over exactly."""
+    seen: list[tuple[Any, ...]] = []
+
+    @q.task(name="echo")
+    async def echo(big: int, plain, text: str, ctx: JobContext) -> None:  # type: ignore[no-untyped-def]
+        seen.append((big, plain, text, ctx.job.meta))
+
+    values = (2**70, [-(2**64) - 1, 0.1, 2.5, {"k": None}], "digits 12345678901234567890")
+    await echo.using(meta={"n": 10**30}).enqueue_async(*values)
+    await run_burst(q, concurrency=2)
+    assert seen == [(*values, {"n": 10**30})]
+    assert type(seen[0][1][0]) is int
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
@@ -856,8 +873,8 @@ async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
     async with background_worker(q, lease=30, rescue_interval=3600) as worker:
         await asyncio.to_thread(started.wait, 10)
         # The job moved on (as after a lost lease) before the task opens its transaction.
-        await aexecute(dsn, "UPDATE pgqueue.jobs SET worker_id = 'other', attempts = 2 "
-                            "WHERE id = %s", (job.id,))
+        await aexecute(dsn, "UPDATE pgqueue.jobs SET worker_id = 'other', attempts = 2, "
+                            "lease_token = lease_token + 1 WHERE id = %s", (job.id,))
         go.set()
         await async_wait_until(lambda: not worker.executions, timeout=10)
     assert len(raised) == 1

@@ -1,7 +1,7 @@
 """How the completer merges what it is given before writing (no database).
 
-Progress reports and the final outcome of one attempt end up as one row of the next batch:
-the final outcome wins, carrying the newest progress with it.
+Progress reports and the final outcome of one claim (job id + lease token) end up as one
+row of the next batch: the final outcome wins, carrying the newest progress with it.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ def completer() -> Completer:
     async def never() -> None:
         raise AssertionError("the unit tests write nothing")
 
-    return Completer(connect=never, queries=for_schema("pgqueue"), worker_id="w",
+    return Completer(connect=never, queries=for_schema("pgqueue"),
                      on_recorded=lambda outcome, recorded: None)
 
 
-def progress(value: str, job_id: int = 1, attempt: int = 1) -> Outcome:
-    return Outcome(job_id, attempt, "progress", progress=value)
+def progress(value: str, job_id: int = 1, token: int = 1) -> Outcome:
+    return Outcome(job_id, 1, token, "progress", progress=value)
 
 
 def test_submit_marks_the_completer_busy(completer: Completer) -> None:
@@ -47,7 +47,7 @@ def test_a_final_outcome_takes_the_progress_reported_before_it(
 ) -> None:
     completer.submit(progress('{"step": 1}'))
     completer.submit(progress('{"step": 2}'))
-    final = Outcome(1, 1, kind, result='"r"', error="e", delay=3.0)  # type: ignore[arg-type]
+    final = Outcome(1, 1, 1, kind, result='"r"', error="e", delay=3.0)  # type: ignore[arg-type]
     completer.submit(final)
     merged = completer._pending[(1, 1)]
     assert (merged.kind, merged.result, merged.error, merged.delay) == (kind, '"r"', "e", 3.0)
@@ -58,7 +58,7 @@ def test_a_final_outcome_takes_the_progress_reported_before_it(
 def test_progress_after_the_final_outcome_rides_along_without_replacing_it(
     completer: Completer,
 ) -> None:
-    completer.submit(Outcome(1, 1, "succeeded", result="42"))
+    completer.submit(Outcome(1, 1, 1, "succeeded", result="42"))
     completer.submit(progress('"late"'))
     merged = completer._pending[(1, 1)]
     assert (merged.kind, merged.result, merged.progress) == ("succeeded", "42", '"late"')
@@ -66,22 +66,24 @@ def test_progress_after_the_final_outcome_rides_along_without_replacing_it(
 
 def test_a_final_outcome_keeps_its_own_progress(completer: Completer) -> None:
     completer.submit(progress('"old"'))
-    completer.submit(Outcome(1, 1, "succeeded", result="1", progress='"own"'))
+    completer.submit(Outcome(1, 1, 1, "succeeded", result="1", progress='"own"'))
     assert completer._pending[(1, 1)].progress == '"own"'
 
 
-def test_attempts_and_jobs_are_kept_apart(completer: Completer) -> None:
-    completer.submit(progress('"a1"', job_id=1, attempt=1))
-    completer.submit(Outcome(1, 2, "succeeded", result="2"))
-    completer.submit(Outcome(2, 1, "retry", error="boom", delay=1.0))
-    assert sorted(completer._pending) == [(1, 1), (1, 2), (2, 1)]
-    assert completer._pending[(1, 2)].progress is None  # attempt 1's progress stays its own
-    assert completer._pending[(1, 1)].kind == "progress"
+def test_claims_and_jobs_are_kept_apart(completer: Completer) -> None:
+    completer.submit(progress('"a1"', job_id=1, token=7))
+    # The same job and attempt number under another claim (say, claimed again after a
+    # claim was lost in a PostgreSQL crash): a different token, a different outcome.
+    completer.submit(Outcome(1, 1, 8, "succeeded", result="2"))
+    completer.submit(Outcome(2, 1, 7, "retry", error="boom", delay=1.0))
+    assert sorted(completer._pending) == [(1, 7), (1, 8), (2, 7)]
+    assert completer._pending[(1, 8)].progress is None  # the first claim's progress stays its own
+    assert completer._pending[(1, 7)].kind == "progress"
 
 
 def test_batches_take_everything_pending_in_order(completer: Completer) -> None:
     for job_id in range(5):
-        completer.submit(Outcome(job_id, 1, "succeeded"))
+        completer.submit(Outcome(job_id, 1, 1, "succeeded"))
     batch = completer._take_batch()
     assert [o.job_id for o in batch] == [0, 1, 2, 3, 4]
     assert completer._pending == {}
@@ -90,4 +92,4 @@ def test_batches_take_everything_pending_in_order(completer: Completer) -> None:
 def test_outcome_finality() -> None:
     assert not progress("1").final
     for kind in ("succeeded", "result", "retry", "snooze", "release", "cancelled", "dead"):
-        assert Outcome(1, 1, kind).final  # type: ignore[arg-type]
+        assert Outcome(1, 1, 1, kind).final  # type: ignore[arg-type]

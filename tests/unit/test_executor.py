@@ -67,7 +67,7 @@ def claimed(task: str, *args: Any, attempt: int = 1, max_attempts: int = 3,
     now = datetime.now(UTC)
     return ClaimedJob(id=next(_ids), queue="default", task=task, args=list(args), kwargs=kwargs,
                       priority=0, attempt=attempt, max_attempts=max_attempts, timeout=timeout,
-                      meta={}, run_at=now, created_at=now)
+                      meta={}, run_at=now, created_at=now, token=next(_ids))
 
 
 async def run(executor: Executor, job: ClaimedJob) -> Outcome | None:
