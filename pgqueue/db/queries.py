@@ -151,9 +151,11 @@ TEMPLATES: Final[dict[str, str]] = {
                   j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at
     """,
     # When the next scheduled job becomes due, so an idle worker sleeps until then.
+    # A row due in the future was due later than it was created: the second condition
+    # adds nothing to the answer and lets the planner use jobs_scheduled_idx.
     "next_run_at": """
         SELECT min(run_at) FROM {schema}.jobs
-         WHERE status = 'queued' AND run_at > now()
+         WHERE status = 'queued' AND run_at > now() AND run_at > created_at
            AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
     """,
     # -- Completion (the completer is the only caller) ---------------------------------

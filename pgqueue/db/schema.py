@@ -133,7 +133,13 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         table.c.id,
         postgresql_where=text("status = 'queued'"),
     )
-    Index("jobs_run_at_idx", table.c.run_at, postgresql_where=text("status = 'queued'"))
+    # next_run_at's index: only rows that can be due in the future (due later than they
+    # were created), so a job enqueued to run now writes no entry here.
+    Index(
+        "jobs_scheduled_idx",
+        table.c.run_at,
+        postgresql_where=text("status = 'queued' AND run_at > created_at"),
+    )
     Index("jobs_lease_idx", table.c.lease_expires_at, postgresql_where=text("status = 'running'"))
     Index(
         "jobs_expires_idx",

@@ -233,6 +233,53 @@ def test_pruner_finds_finished_rows_through_the_finished_index(big_queue: str) -
     _assert_uses_index(plan, "jobs_expires_idx")
 
 
+@pytest.mark.parametrize("queues", [[], ["email"]], ids=["any-queue", "in-queues"])
+def test_idle_worker_finds_the_next_scheduled_job_through_the_scheduled_index(
+    big_queue: str, queues: list[str]
+) -> None:
+    params = {"queues": queues}
+    plan = _explain(big_queue, QUERIES["next_run_at"], params)
+    _assert_uses_index(plan, "jobs_scheduled_idx")
+    assert plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"] < 100, \
+        _describe(plan)
+    _assert_uses_index(_explain_generic(big_queue, QUERIES["next_run_at"], params),
+                       "jobs_scheduled_idx")
+    with psycopg.connect(big_queue) as conn:
+        found = conn.execute(QUERIES["next_run_at"], params).fetchone()
+        expected = conn.execute(
+            "SELECT min(run_at) FROM pgqueue.jobs WHERE status = 'queued' AND run_at > now()"
+            " AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))",
+            params,
+        ).fetchone()
+    assert found is not None and expected is not None
+    assert found[0] is not None and found[0] == expected[0]
+
+
+def test_a_job_enqueued_to_run_now_enters_no_scheduled_index_entry(dsn: str) -> None:
+    """Only jobs due later than they were created are in jobs_scheduled_idx: an enqueue
+    for now writes two index entries (primary key, claim index), not three."""
+    from pgqueue import Queue
+
+    q = Queue(dsn)
+
+    @q.task(name="plan.now")
+    def now_task(i: int) -> None:
+        pass
+
+    now_task.enqueue_many([(i,) for i in range(50)])
+    now_task.enqueue(50)
+    later = now_task.using(run_in=60).enqueue(51)
+    q.close()
+    query = "SELECT id FROM pgqueue.jobs WHERE status = 'queued' AND run_at > created_at"
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET LOCAL enable_seqscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        plan = conn.execute("EXPLAIN (FORMAT JSON) " + query).fetchone()
+        rows = conn.execute(query).fetchall()
+    assert plan is not None and "jobs_scheduled_idx" in str(plan[0]), plan
+    assert [row[0] for row in rows] == [later.id]
+
+
 # The completer's statement, prepared while the table is nearly empty (a new deployment:
 # psycopg prepares it on its sixth batch). PostgreSQL may then cache a generic plan made
 # from those tiny statistics and keep it while the table grows: a sequential scan of
