@@ -69,6 +69,46 @@ _DEAD_SELECT = (
 # failed, snoozed or was released before the worker noticed the request: never requeued.
 _CANCEL_WINS = "(o.kind IN ('retry', 'snooze', 'release') AND j.cancel_requested)"
 
+
+def _claim(*, in_queues: bool, after: bool) -> str:
+    """A claim: up to %(limit)s ready jobs, highest priority first, skipping rows another
+    worker is claiming right now.
+
+    Each variant is its own statement so that each gets its own simple plan.
+    ``in_queues`` limits the claim to %(queues)s. ``after`` resumes behind the last job
+    this producer claimed, (%(after_priority)s, %(after_run_at)s, %(after_id)s) in claim
+    order, within that priority: every job claimed since the last vacuum leaves a dead
+    entry at the head of jobs_claim_idx, and a claim from the head walks all of them
+    (measured: 12 index pages after 1,600 claimed jobs, 284 after 57,000). Resuming
+    turns that walk into an index range condition. The producer falls back to a claim
+    from the head whenever a resumed one comes back short and whenever it is woken, so a
+    job that lands behind the cursor waits at most until then (see producer.py).
+    """
+    where = "status = 'queued' AND run_at <= now()"
+    if in_queues:
+        where += " AND queue = ANY(%(queues)s::text[])"
+    if after:
+        where += ("\n AND priority = %(after_priority)s::smallint"
+                  "\n AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)")
+    return f"""
+        WITH claimable AS (
+            SELECT id FROM {{schema}}.jobs
+             WHERE {where}
+             ORDER BY priority DESC, run_at, id
+             LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED
+        )
+        UPDATE {{schema}}.jobs AS j
+           SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
+               lease_token = %(token)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
+               started_at = now(), cancel_requested = false
+          FROM claimable
+         WHERE j.id = claimable.id
+        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts,
+                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at
+    """
+
+
 TEMPLATES: Final[dict[str, str]] = {
     # -- Enqueue -----------------------------------------------------------------------
     # One job. A live job holding the same idempotency key makes this insert nothing;
@@ -113,43 +153,11 @@ TEMPLATES: Final[dict[str, str]] = {
                    <= now() AS ready
           FROM inserted
     """,
-    # -- Claim -------------------------------------------------------------------------
-    # Take up to %(limit)s ready jobs, highest priority first, skipping rows another
-    # worker is claiming right now. Two variants so each gets its own simple plan.
-    "claim_jobs_any_queue": """
-        WITH claimable AS (
-            SELECT id FROM {schema}.jobs
-             WHERE status = 'queued' AND run_at <= now()
-             ORDER BY priority DESC, run_at, id
-             LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED
-        )
-        UPDATE {schema}.jobs AS j
-           SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
-               lease_token = %(token)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
-               started_at = now(), cancel_requested = false
-          FROM claimable
-         WHERE j.id = claimable.id
-        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts,
-                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at
-    """,
-    "claim_jobs_in_queues": """
-        WITH claimable AS (
-            SELECT id FROM {schema}.jobs
-             WHERE status = 'queued' AND run_at <= now() AND queue = ANY(%(queues)s::text[])
-             ORDER BY priority DESC, run_at, id
-             LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED
-        )
-        UPDATE {schema}.jobs AS j
-           SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
-               lease_token = %(token)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
-               started_at = now(), cancel_requested = false
-          FROM claimable
-         WHERE j.id = claimable.id
-        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts,
-                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at
-    """,
+    # -- Claim (see _claim) ------------------------------------------------------------
+    "claim_jobs_any_queue": _claim(in_queues=False, after=False),
+    "claim_jobs_in_queues": _claim(in_queues=True, after=False),
+    "claim_jobs_any_queue_after": _claim(in_queues=False, after=True),
+    "claim_jobs_in_queues_after": _claim(in_queues=True, after=True),
     # When the next scheduled job becomes due, so an idle worker sleeps until then.
     # A row due in the future was due later than it was created: the second condition
     # adds nothing to the answer and lets the planner use jobs_scheduled_idx.

@@ -4,6 +4,19 @@ A claim takes at most as many jobs as there are free slots (jobs hoarded under a
 would sit idle while other workers starve). After a full claim it claims again at once;
 after a short one it sleeps until a NOTIFY, a freed slot, the next scheduled ``run_at``,
 or the poll interval — whichever comes first.
+
+Where a claim starts. Every job claimed since the last vacuum leaves a dead entry at the
+head of ``jobs_claim_idx``, and a claim that starts at the head walks over all of them:
+the longer autovacuum waits (or a long transaction holds it back), the slower each claim.
+So after a full claim the producer remembers the last job it took, in claim order, and
+the next claim resumes behind it (``claim_jobs_*_after``). A ready job can land *behind*
+that cursor only by an insert or an update that puts it back in the queue; each of those
+sends a NOTIFY (the insert trigger; the completer and rescuer for jobs put back), and
+every wake-up forgets the cursor. A resumed claim that comes back short is topped up by a
+claim from the head, which also reaches lower priorities and anything else behind the
+cursor. Claim order is therefore what it would be without the cursor, except that a job
+landing behind it can wait until the next wake-up or short claim (milliseconds in a busy
+queue, whose inserts notify).
 """
 
 from __future__ import annotations
@@ -27,6 +40,9 @@ logger = logging.getLogger("pgqueue.worker")
 
 MAX_CLAIM = 100
 
+# A job's place in claim order: priority (descending), run_at, id.
+ClaimKey = tuple[int, datetime, int]
+
 
 class Producer:
     """Claims jobs for free slots and hands them to ``start``."""
@@ -47,7 +63,13 @@ class Producer:
         self._connect = connect
         self._queries = queries
         self._queues = queues
-        self._claim_query = queries["claim_jobs_in_queues" if queues else "claim_jobs_any_queue"]
+        variant = "claim_jobs_in_queues" if queues else "claim_jobs_any_queue"
+        self._claim_from_head = queries[variant]
+        self._claim_after = queries[variant + "_after"]
+        # The last job claimed, in claim order, while no wake-up happened since; the next
+        # claim resumes behind it. None: claim from the head of the claim index.
+        self._resume_after: ClaimKey | None = None
+        self._wakes = 0
         self._claim_params: dict[str, Any] = {
             "worker_id": worker_id, "lease": lease, "queues": queues,
         }
@@ -62,7 +84,9 @@ class Producer:
         self.claimed = 0
 
     def wake(self) -> None:
-        """Something may be ready (NOTIFY, reconnect): claim soon."""
+        """Something may be ready (NOTIFY, timer, reconnect): claim soon, from the head."""
+        self._wakes += 1
+        self._resume_after = None  # what woke us may sit behind the cursor
         self._wake.set()
 
     def slot_freed(self) -> None:
@@ -70,17 +94,34 @@ class Producer:
         self._slot_freed.set()
 
     async def claim(self, limit: int) -> list[ClaimedJob]:
-        """Claim up to ``limit`` ready jobs in one statement."""
+        """Claim up to ``limit`` ready jobs: behind the cursor while that lasts, else (or
+        for what it left short) from the head of the claim index."""
+        wakes = self._wakes
+        jobs: list[ClaimedJob] = []
+        if self._resume_after is not None:
+            priority, run_at, job_id = self._resume_after
+            jobs = await self._claim(self._claim_after, limit, {
+                "after_priority": priority, "after_run_at": run_at, "after_id": job_id,
+            })
+        if len(jobs) < limit:
+            jobs += await self._claim(self._claim_from_head, limit - len(jobs), {})
+        # Keep a cursor only if nothing woke us while claiming: what did might have landed
+        # behind the jobs just claimed, where this claim's snapshot could not see it.
+        if jobs and wakes == self._wakes:
+            self._resume_after = _last_in_claim_order(jobs)
+        else:
+            self._resume_after = None
+        self.claimed += len(jobs)
+        return jobs
+
+    async def _claim(self, query: bytes, limit: int, extra: dict[str, Any]) -> list[ClaimedJob]:
         if self._conn is None or self._conn.closed:
             self._conn = await self._connect()
         token = secrets.randbits(63)  # fences every outcome of this claim (lease_token)
         cursor = await self._conn.execute(
-            self._claim_query, self._claim_params | {"limit": limit, "token": token},
-            prepare=True,
+            query, self._claim_params | extra | {"limit": limit, "token": token}, prepare=True,
         )
-        jobs = [ClaimedJob.from_row(row, token) for row in await cursor.fetchall()]
-        self.claimed += len(jobs)
-        return jobs
+        return [ClaimedJob.from_row(row, token) for row in await cursor.fetchall()]
 
     async def _seconds_until_next_job(self) -> float:
         """How long until the next scheduled job is due (capped by the poll interval)."""
@@ -185,3 +226,9 @@ class Producer:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
+
+
+def _last_in_claim_order(jobs: list[ClaimedJob]) -> ClaimKey:
+    """The claim-order key of the job a claim reached last (claims return rows unordered)."""
+    last = max(jobs, key=lambda job: (-job.priority, job.run_at, job.id))
+    return (last.priority, last.run_at, last.id)

@@ -208,8 +208,9 @@ class Worker:
         queued rows (a table not yet analysed, or analysed before a burst of enqueues),
         the planner otherwise may pick a bitmap scan (it picked ``jobs_run_at_idx``, the
         index revision 0003 replaced) and sort *every* ready job on each claim: 12.8 ms
-        instead of 0.56 ms per claim with 20,000 queued, growing with the backlog. The only other statement on this connection,
-        ``next_run_at``, needs no sort.
+        instead of 0.56 ms per claim with 20,000 queued, growing with the backlog. The
+        other statements on this connection (the resumed claims, ``next_run_at``) need
+        no sort either.
 
         Its jsonb values (each job's ``args``, ``kwargs`` and ``meta``) are decoded with
         :func:`pgqueue.serialization.loads` (orjson) instead of psycopg's default

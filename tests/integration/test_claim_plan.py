@@ -221,6 +221,44 @@ def test_claim_keeps_the_claim_index_as_a_generic_prepared_plan(
     _assert_uses_index(_explain_generic(big_queue, QUERIES[name], params), "jobs_claim_idx")
 
 
+def _cursor_in_the_middle(dsn: str, queue: str | None) -> dict[str, Any]:
+    """The claim-order key of a ready job well inside its priority."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT priority, run_at, id FROM pgqueue.jobs"
+            " WHERE status = 'queued' AND run_at <= now() AND priority = 1"
+            " AND (%(queue)s::text IS NULL OR queue = %(queue)s)"
+            " ORDER BY run_at, id OFFSET 100 LIMIT 1",
+            {"queue": queue},
+        ).fetchone()
+    assert row is not None
+    return {"after_priority": row[0], "after_run_at": row[1], "after_id": row[2]}
+
+
+@pytest.mark.parametrize(
+    ("name", "queues"),
+    [("claim_jobs_any_queue_after", None), ("claim_jobs_in_queues_after", ["email"])],
+    ids=["any-queue", "in-queues"],
+)
+def test_a_resumed_claim_starts_behind_its_cursor_inside_the_claim_index(
+    big_queue: str, name: str, queues: list[str] | None
+) -> None:
+    params = CLAIM_PARAMS | _cursor_in_the_middle(big_queue, queues[0] if queues else None)
+    if queues:
+        params["queues"] = queues
+    plan = _explain(big_queue, QUERIES[name], params)
+    (scan,) = _assert_uses_index(plan, "jobs_claim_idx")
+    described = _describe(plan)
+    # The cursor is a bound of the index scan, not a filter applied to every entry.
+    assert "ROW(run_at, id) >" in scan["Index Cond"], described
+    assert "priority =" in scan["Index Cond"], described
+    assert plan["Plan"]["Actual Rows"] == params["limit"], described
+    assert scan.get("Rows Removed by Filter", 0) < 1000, described
+    generic = _explain_generic(big_queue, QUERIES[name], params)
+    (generic_scan,) = _assert_uses_index(generic, "jobs_claim_idx")
+    assert "ROW(run_at, id) >" in generic_scan["Index Cond"], _describe(generic)
+
+
 def test_rescuer_finds_expired_leases_through_the_lease_index(big_queue: str) -> None:
     plan = _explain(big_queue, QUERIES["rescue_expired_jobs"], {"limit": 100})
     _assert_uses_index(plan, "jobs_lease_idx")
