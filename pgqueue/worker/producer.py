@@ -97,6 +97,7 @@ class Producer:
         """Claim up to ``limit`` ready jobs: behind the cursor while that lasts, else (or
         for what it left short) from the head of the claim index."""
         wakes = self._wakes
+        complete = True  # False if the top-up claim failed
         jobs: list[ClaimedJob] = []
         if self._resume_after is not None:
             priority, run_at, job_id = self._resume_after
@@ -104,10 +105,18 @@ class Producer:
                 "after_priority": priority, "after_run_at": run_at, "after_id": job_id,
             })
         if len(jobs) < limit:
-            jobs += await self._claim(self._claim_from_head, limit - len(jobs), {})
+            try:
+                jobs += await self._claim(self._claim_from_head, limit - len(jobs), {})
+            except Exception:
+                if not jobs:
+                    raise
+                # The resumed claim's jobs are committed to us: run them rather than leave
+                # them to lease expiry. The next claim reconnects or meets the failure.
+                logger.debug("Topping up a resumed claim failed.", exc_info=True)
+                complete = False
         # Keep a cursor only if nothing woke us while claiming: what did might have landed
         # behind the jobs just claimed, where this claim's snapshot could not see it.
-        if jobs and wakes == self._wakes:
+        if jobs and complete and wakes == self._wakes:
             self._resume_after = _last_in_claim_order(jobs)
         else:
             self._resume_after = None

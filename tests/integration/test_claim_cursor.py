@@ -166,6 +166,36 @@ async def test_a_wake_up_during_a_claim_leaves_no_cursor(dsn: str) -> None:
     producer._conn = None
 
 
+async def test_jobs_of_a_resumed_claim_are_kept_when_the_top_up_claim_fails(dsn: str) -> None:
+    """Both statements commit on their own: if the second fails (connection lost), the
+    first one's jobs are already this worker's and must run, not wait for lease expiry."""
+    producer = _producer(dsn)
+    producer._resume_after = (0, datetime.fromisoformat("2026-01-01T00:00:00+00:00"), 1)
+    executed: list[bytes] = []
+
+    class Rows:
+        async def fetchall(self) -> list[tuple[Any, ...]]:
+            return [(7, "default", "t", [], {}, 0, 1, 3, None, {},
+                     datetime.fromisoformat("2026-01-01T00:00:00+00:00"),
+                     datetime.fromisoformat("2026-01-01T00:00:00+00:00"))]
+
+    class FailingSecondTime:
+        closed = False
+
+        async def execute(self, query: bytes, params: dict[str, Any], **_: Any) -> Rows:
+            executed.append(query)
+            if len(executed) == 2:
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return Rows()
+
+    producer._conn = FailingSecondTime()  # type: ignore[assignment]
+    claimed = await producer.claim(8)
+    assert executed == [QUERIES["claim_jobs_any_queue_after"], QUERIES["claim_jobs_any_queue"]]
+    assert [job.id for job in claimed] == [7]
+    assert producer._resume_after is None
+    producer._conn = None
+
+
 async def test_every_job_is_claimed_exactly_once_by_competing_producers(
     dsn: str, db: psycopg.AsyncConnection[Any]
 ) -> None:
