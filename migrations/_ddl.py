@@ -6,7 +6,9 @@ them with ``psycopg.sql`` so names are always quoted, never pasted in.
 
 from __future__ import annotations
 
-from alembic import context
+from collections.abc import Iterable
+
+from alembic import context, op
 from psycopg import sql
 
 from pgqueue.db.names import notify_channel
@@ -30,3 +32,10 @@ def render(statement: str, schema: str) -> str:
         schema=sql.Identifier(schema), channel=sql.Literal(notify_channel(schema))
     )
     return composed.as_string()
+
+
+def execute_all(statements: Iterable[str]) -> None:
+    """Run a revision's statements, rendered for the schema being migrated, in order."""
+    schema = schema_name()
+    for statement in statements:
+        op.execute(render(statement, schema))

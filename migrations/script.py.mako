@@ -7,9 +7,7 @@ Create Date: ${create_date}
 
 from __future__ import annotations
 
-from alembic import op
-
-from pgqueue.migrations._ddl import render, schema_name
+from pgqueue.migrations._ddl import execute_all
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
@@ -21,12 +19,8 @@ DOWNGRADE: list[str] = []
 
 
 def upgrade() -> None:
-    schema = schema_name()
-    for statement in UPGRADE:
-        op.execute(render(statement, schema))
+    execute_all(UPGRADE)
 
 
 def downgrade() -> None:
-    schema = schema_name()
-    for statement in DOWNGRADE:
-        op.execute(render(statement, schema))
+    execute_all(DOWNGRADE)

@@ -10,9 +10,7 @@ The schema name is quoted with ``psycopg.sql.Identifier`` (see ``_ddl``).
 
 from __future__ import annotations
 
-from alembic import op
-
-from pgqueue.migrations._ddl import render, schema_name
+from pgqueue.migrations._ddl import execute_all
 
 revision = "0001_initial"
 down_revision = None
@@ -172,12 +170,8 @@ DOWNGRADE = [
 
 
 def upgrade() -> None:
-    schema = schema_name()
-    for statement in UPGRADE:
-        op.execute(render(statement, schema))
+    execute_all(UPGRADE)
 
 
 def downgrade() -> None:
-    schema = schema_name()
-    for statement in DOWNGRADE:
-        op.execute(render(statement, schema))
+    execute_all(DOWNGRADE)

@@ -17,9 +17,7 @@ token, so a rolling deploy is safe.
 
 from __future__ import annotations
 
-from alembic import op
-
-from pgqueue.migrations._ddl import render, schema_name
+from pgqueue.migrations._ddl import execute_all
 
 revision = "0002_lease_token"
 down_revision = "0001_initial"
@@ -41,12 +39,8 @@ DOWNGRADE = [
 
 
 def upgrade() -> None:
-    schema = schema_name()
-    for statement in UPGRADE:
-        op.execute(render(statement, schema))
+    execute_all(UPGRADE)
 
 
 def downgrade() -> None:
-    schema = schema_name()
-    for statement in DOWNGRADE:
-        op.execute(render(statement, schema))
+    execute_all(DOWNGRADE)

@@ -26,9 +26,7 @@ CONCURRENTLY IF NOT EXISTS`` (docs/upgrading.md) and this revision keeps it. Wor
 
 from __future__ import annotations
 
-from alembic import op
-
-from pgqueue.migrations._ddl import render, schema_name
+from pgqueue.migrations._ddl import execute_all
 
 revision = "0003_leaner_enqueue"
 down_revision = "0002_lease_token"
@@ -76,12 +74,8 @@ DOWNGRADE = [
 
 
 def upgrade() -> None:
-    schema = schema_name()
-    for statement in UPGRADE:
-        op.execute(render(statement, schema))
+    execute_all(UPGRADE)
 
 
 def downgrade() -> None:
-    schema = schema_name()
-    for statement in DOWNGRADE:
-        op.execute(render(statement, schema))
+    execute_all(DOWNGRADE)
