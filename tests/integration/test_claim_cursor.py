@@ -140,24 +140,27 @@ async def test_queue_filters_and_lower_priorities_are_reached_through_the_head(
         await producer.close()
 
 
+class _OneClaimedRow:
+    """What a fake connection's claim returns: job 7, as claim_jobs_* would list it."""
+
+    async def fetchall(self) -> list[tuple[Any, ...]]:
+        return [(7, "default", "t", [], {}, 0, 1, 3, None, {},
+                 datetime.fromisoformat("2026-01-01T00:00:00+00:00"),
+                 datetime.fromisoformat("2026-01-01T00:00:00+00:00"))]
+
+
 async def test_a_wake_up_during_a_claim_leaves_no_cursor(dsn: str) -> None:
     """A NOTIFY handled while a claim is in flight may be for a job the claim's snapshot
     could not see; a cursor set from that claim could hide the job behind it."""
     producer = _producer(dsn)
 
-    class Rows:
-        async def fetchall(self) -> list[tuple[Any, ...]]:
-            return [(7, "default", "t", [], {}, 0, 1, 3, None, {},
-                     datetime.fromisoformat("2026-01-01T00:00:00+00:00"),
-                     datetime.fromisoformat("2026-01-01T00:00:00+00:00"))]
-
     class WakingConnection:
         closed = False
 
-        async def execute(self, query: bytes, params: dict[str, Any], **_: Any) -> Rows:
+        async def execute(self, query: bytes, params: dict[str, Any], **_: Any) -> _OneClaimedRow:
             await asyncio.sleep(0)
             producer.wake()  # the listener, while the claim's round trip is in flight
-            return Rows()
+            return _OneClaimedRow()
 
     producer._conn = WakingConnection()  # type: ignore[assignment]
     claimed = await producer.claim(1)
@@ -173,20 +176,14 @@ async def test_jobs_of_a_resumed_claim_are_kept_when_the_top_up_claim_fails(dsn:
     producer._resume_after = (0, datetime.fromisoformat("2026-01-01T00:00:00+00:00"), 1)
     executed: list[bytes] = []
 
-    class Rows:
-        async def fetchall(self) -> list[tuple[Any, ...]]:
-            return [(7, "default", "t", [], {}, 0, 1, 3, None, {},
-                     datetime.fromisoformat("2026-01-01T00:00:00+00:00"),
-                     datetime.fromisoformat("2026-01-01T00:00:00+00:00"))]
-
     class FailingSecondTime:
         closed = False
 
-        async def execute(self, query: bytes, params: dict[str, Any], **_: Any) -> Rows:
+        async def execute(self, query: bytes, params: dict[str, Any], **_: Any) -> _OneClaimedRow:
             executed.append(query)
             if len(executed) == 2:
                 raise psycopg.OperationalError("server closed the connection unexpectedly")
-            return Rows()
+            return _OneClaimedRow()
 
     producer._conn = FailingSecondTime()  # type: ignore[assignment]
     claimed = await producer.claim(8)
