@@ -4,8 +4,12 @@ Variants, interleaved in every repetition, each inserting ``--jobs`` rows in one
 one transaction into an empty table (no worker running):
 
 * ``annotated``   — ``noop.enqueue_many([(i,), ...])`` for ``async def noop(i: int)``
-  (arguments validated by pydantic);
-* ``plain``       — the same for ``async def noop_plain(i)`` (no annotation);
+  (arguments validated by pydantic); from ``COPY_MIN_JOBS`` jobs on, the rows go in
+  with COPY;
+* ``annotated_insert`` — the same call with COPY turned off: one ``INSERT ... SELECT``
+  (what every batch did before COPY, and what a batch below ``COPY_MIN_JOBS`` does);
+* ``plain``       — the same as ``annotated`` for ``async def noop_plain(i)`` (no
+  annotation);
 * ``raw_minimal`` — psycopg, ``INSERT INTO raw_jobs (payload) SELECT jsonb_build_object('i',
   g) FROM unnest(%s::int[]) g`` into the shared harness's minimal table (id, status,
   priority, run_at, attempts, payload, one partial index) — the harness's "raw" loop;
@@ -20,11 +24,14 @@ list already built; connections are opened before timing. Rates are medians.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import _common as c
+
+import pgqueue.operations
 
 RAW_MINIMAL = """
 DROP TABLE IF EXISTS public.raw_jobs;
@@ -50,7 +57,21 @@ RAW_SHAPED_INSERT = (
     "INSERT INTO public.raw_shaped_jobs (queue, task, args) "
     "SELECT 'bench', 'bench.noop', jsonb_build_array(g) FROM unnest(%s::int[]) g"
 )
-VARIANTS = ("annotated", "plain", "raw_minimal", "raw_shaped")
+VARIANTS = ("annotated", "annotated_insert", "plain", "raw_minimal", "raw_shaped")
+
+
+def without_copy(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` with bulk enqueue's COPY path turned off (the INSERT path, for comparison)."""
+
+    def run() -> None:
+        threshold = pgqueue.operations.COPY_MIN_JOBS
+        pgqueue.operations.COPY_MIN_JOBS = sys.maxsize
+        try:
+            call()
+        finally:
+            pgqueue.operations.COPY_MIN_JOBS = threshold
+
+    return run
 
 
 def main() -> None:
@@ -78,6 +99,7 @@ def main() -> None:
 
         calls: dict[str, Callable[[], Any]] = {
             "annotated": lambda: tasks.noop.enqueue_many(items),
+            "annotated_insert": without_copy(lambda: tasks.noop.enqueue_many(items)),
             "plain": lambda: tasks.noop_plain.enqueue_many(items),
             "raw_minimal": raw(RAW_MINIMAL_INSERT),
             "raw_shaped": raw(RAW_SHAPED_INSERT),
@@ -100,7 +122,7 @@ def main() -> None:
         "reps": args.reps,
         **{f"{name}_per_s": c.rounded(medians[name], 1) for name in VARIANTS},
     }
-    for name in ("annotated", "plain"):
+    for name in ("annotated", "annotated_insert", "plain"):
         for raw_name in ("raw_minimal", "raw_shaped"):
             ratio = (medians[name] or 0) / (medians[raw_name] or 1)
             result[f"{name}_vs_{raw_name}"] = round(ratio, 3)

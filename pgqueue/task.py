@@ -109,9 +109,7 @@ class TaskCall:
             )
         if batch is None:
             batch = self.task.signature.encode_many(self._calls(listed))
-        params = self.options.as_params() | {
-            "task": self.task.name, "args": batch.args, "kwargs": batch.kwargs,
-        }
+        params = self.options.as_params() | {"task": self.task.name}
         return params, batch
 
     @staticmethod
@@ -154,7 +152,7 @@ class TaskCall:
         params, batch = self._many_params(items)
         if not batch.count:
             return EnqueuedJobs(self, {"ids": []}, batch)
-        row = self.task.queue.run_plan(insert_jobs(self.task.queue.queries, params),
+        row = self.task.queue.run_plan(insert_jobs(self.task.queue.queries, params, batch),
                                        conn=self.conn)
         return self._jobs_from(row, batch)
 
@@ -166,7 +164,7 @@ class TaskCall:
         if not batch.count:
             return EnqueuedJobs(self, {"ids": []}, batch)
         row = await self.task.queue.run_plan_async(
-            insert_jobs(self.task.queue.queries, params), conn=self.conn
+            insert_jobs(self.task.queue.queries, params, batch), conn=self.conn
         )
         return self._jobs_from(row, batch)
 

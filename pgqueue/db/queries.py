@@ -153,6 +153,32 @@ TEMPLATES: Final[dict[str, str]] = {
                    <= now() AS ready
           FROM inserted
     """,
+    # A bulk insert that streams its rows with COPY (operations.insert_jobs) runs these
+    # two around it, in the same transaction. The first takes one id from the jobs
+    # sequence: every id the COPY draws comes after it. It also gives the timestamps,
+    # computed as insert_jobs computes them. The scalar subquery finds the sequence once.
+    "copy_jobs_start": """
+        SELECT nextval((SELECT pg_get_serial_sequence(%(jobs_table)s, 'id')::regclass))
+                   AS before_id,
+               now() AS created_at,
+               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+                   AS run_at,
+               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+                   <= now() AS ready
+    """,
+    # The COPY's ids: when no other session drew from the sequence meanwhile, exactly
+    # (before_id, last_id], and ids is NULL; otherwise the ids in that range of the rows
+    # this COPY wrote, found by their xmin (one statement, one (sub)transaction id).
+    "copy_jobs_finish": """
+        SELECT s.last_id,
+               CASE WHEN s.last_id - %(before_id)s = %(count)s THEN NULL
+                    ELSE (SELECT array_agg(j.id ORDER BY j.id) FROM {schema}.jobs AS j
+                           WHERE j.id > %(before_id)s AND j.id <= s.last_id
+                             AND j.xmin = (SELECT mine.xmin FROM {schema}.jobs AS mine
+                                            WHERE mine.id = s.last_id))
+               END AS ids
+          FROM (SELECT currval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS last_id) AS s
+    """,
     # -- Claim (see _claim) ------------------------------------------------------------
     "claim_jobs_any_queue": _claim(in_queues=False, after=False),
     "claim_jobs_in_queues": _claim(in_queues=True, after=False),
@@ -496,6 +522,15 @@ class Queries:
     def __getitem__(self, name: str) -> bytes:
         return self._rendered[name]
 
+    @property
+    def jobs_table(self) -> str:
+        """``schema.jobs``, quoted: a parameter for functions that take a table's name."""
+        return sql.Identifier(self.schema, "jobs").as_string()
+
+    def copy_jobs(self, columns: tuple[str, ...]) -> bytes:
+        """``COPY schema.jobs (columns) FROM STDIN`` (the names quoted, the result cached)."""
+        return _copy_jobs(self.schema, columns)
+
 
 def _dedent(statement: str) -> str:
     """The statement without its indentation, which is there for people, not PostgreSQL.
@@ -505,6 +540,14 @@ def _dedent(statement: str) -> str:
     batch. No statement here has a string literal spanning lines, so nothing else changes.
     """
     return re.sub(r"\n[ \t]+", "\n", statement.strip())
+
+
+@cache
+def _copy_jobs(schema: str, columns: tuple[str, ...]) -> bytes:
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(schema, "jobs"), sql.SQL(", ").join(map(sql.Identifier, columns))
+    )
+    return statement.as_string().encode()
 
 
 @cache

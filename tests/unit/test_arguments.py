@@ -315,3 +315,52 @@ def test_a_nul_character_is_refused_even_in_annotated_strings() -> None:
         Signature(task, "t").encode(("a\x00b",), {})
     # the six characters backslash-u-0-0-0-0 are fine
     assert encoded(Signature(task, "t"), "\\u0000") == (["\\u0000"], {})
+
+
+@pytest.mark.parametrize(
+    ("annotation", "values"),
+    [
+        (int, [1, 2**70, -(2**70), 0]),
+        (float, [0.1, 1e16, -0.0, 5e-324, 1.7976931348623157e308]),
+        (str, ["\\u0000 as six characters", "é ☃ \u2028", 'quote " and \\ backslash', ""]),
+        (int | None, [None, 1, None]),
+        (datetime, [datetime(2024, 1, 1, tzinfo=UTC), "2024-02-03T04:05:06+01:00"]),
+        (User, [User(id=1, name="a"), {"id": 2, "name": "b"}]),
+        (list[float], [[1.5, 2], []]),
+    ],
+)
+def test_positional_batches_encode_as_calls_one_by_one(annotation: Any, values: list[Any]) -> None:
+    """The batch fast path writes JSON with pydantic in one call; it must store what
+    encoding each call on its own stores."""
+
+    def task(value: Any) -> None: ...
+
+    task.__annotations__["value"] = annotation
+    signature = Signature(task, "t")
+    batch = signature.encode_positional_many([(value,) for value in values])
+    assert batch is not None
+    one_by_one = [json.loads(signature.encode((value,), {}).args) for value in values]
+    assert json.loads(batch.args) == one_by_one
+
+
+@pytest.mark.parametrize(
+    ("annotation", "good", "bad", "message"),
+    [(float, 1.0, math.nan, "JSON-serialisable"), (float, 1.0, math.inf, "JSON-serialisable"),
+     (list[float], [1.0], [math.nan], "JSON-serialisable"), (str, "ok", "a\x00b", "NUL")],
+)
+def test_positional_batches_refuse_what_one_call_refuses(
+    annotation: Any, good: Any, bad: Any, message: str
+) -> None:
+    """pydantic writes NaN and infinities as null and NUL as an escape; the fast path must
+    not store those, and the general path then names the culprit."""
+
+    def task(value: Any) -> None: ...
+
+    task.__annotations__["value"] = annotation
+    signature = Signature(task, "t")
+    assert signature.encode_positional_many([(good,), (good,)]) is not None
+    assert signature.encode_positional_many([(good,), (bad,)]) is None
+    with pytest.raises(ArgumentError, match=message):
+        signature.encode((bad,), {})
+    with pytest.raises(ArgumentError, match=rf"item 1.*{message}"):
+        signature.encode_many([((good,), {}), ((bad,), {})])
