@@ -27,8 +27,8 @@ CASES = {
     ),
     "bulk_enqueue": (
         ["--jobs", "2000", "--reps", "1"],
-        {"annotated_per_s", "plain_per_s", "raw_minimal_per_s", "raw_shaped_per_s",
-         "annotated_vs_raw_minimal", "plain_vs_raw_shaped"},
+        {"annotated_per_s", "annotated_insert_per_s", "plain_per_s", "raw_minimal_per_s",
+         "raw_shaped_per_s", "annotated_vs_raw_minimal", "plain_vs_raw_shaped"},
     ),
     "scaling": (
         ["--jobs", "600", "--processes", "1,2", "--reps", "1"],
