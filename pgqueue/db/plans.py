@@ -30,7 +30,7 @@ class Statement:
     """A query, its parameters, and what the plan wants back.
 
     ``binary`` asks for results in PostgreSQL's binary format: cheaper to read for a
-    large array (the ids a bulk enqueue reserves), no different for anything else.
+    large array (the ids a bulk enqueue reads back), no different for anything else.
     """
 
     query: bytes

@@ -156,10 +156,9 @@ TEMPLATES: Final[dict[str, str]] = {
     # A bulk insert that streams its rows with COPY (operations.insert_jobs) runs these
     # two around it, in the same transaction. The first takes one id from the jobs
     # sequence: every id the COPY draws comes after it. It also gives the timestamps,
-    # computed as insert_jobs computes them. The scalar subquery finds the sequence once.
+    # computed as insert_jobs computes them.
     "copy_jobs_start": """
-        SELECT nextval((SELECT pg_get_serial_sequence(%(jobs_table)s, 'id')::regclass))
-                   AS before_id,
+        SELECT nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS before_id,
                now() AS created_at,
                COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
                    AS run_at,

@@ -117,3 +117,38 @@ async def test_rescue_and_prune_work_in_the_schema(q: Queue, dsn: str) -> None:
         [(status, error)] = await cursor.fetchall()
     assert status == "queued"
     assert "lease expired" in error
+
+
+async def test_bulk_enqueue_copies_into_the_custom_schema(
+    q: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """COPY, its sequence and its id lookup name the queue's schema, also when another
+    session's job lands between the COPY's first id and its rows."""
+    from pgqueue.db import plans
+    from pgqueue.operations import COPY_MIN_JOBS
+
+    @q.task(name="t")
+    async def task(n: int) -> None: ...
+
+    run_step = plans._run_step_async
+    copies: list[int] = []
+
+    async def with_a_concurrent_enqueue(conn: object, step: object) -> object:
+        if isinstance(step, plans.Copy):
+            copies.append(1)
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as other:
+                await other.execute(
+                    f"INSERT INTO {SCHEMA}.jobs (task, args) VALUES ('t', '[-1]')".encode()
+                )
+        return await run_step(conn, step)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plans, "_run_step_async", with_a_concurrent_enqueue)
+    jobs = await task.enqueue_many_async([(n,) for n in range(COPY_MIN_JOBS)])
+    assert copies == [1]
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            f"SELECT id, (args->>0)::int FROM {SCHEMA}.jobs ORDER BY id".encode()
+        )
+        stored = dict(await cursor.fetchall())
+    assert len(stored) == COPY_MIN_JOBS + 1
+    assert [stored[job_id] for job_id in jobs.ids] == list(range(COPY_MIN_JOBS))
