@@ -69,6 +69,11 @@ _DEAD_SELECT = (
 # failed, snoozed or was released before the worker noticed the request: never requeued.
 _CANCEL_WINS = "(o.kind IN ('retry', 'snooze', 'release') AND j.cancel_requested)"
 
+# When a new job is due: %(run_at)s if given, else %(run_in)s seconds after now() (the
+# transaction's start). One expression for every way of enqueueing, so a job enqueued
+# one by one, in bulk or through COPY gets the same run_at.
+_RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))"
+
 
 def _claim(*, in_queues: bool, after: bool) -> str:
     """A claim: up to %(limit)s ready jobs, highest priority first, skipping rows another
@@ -118,7 +123,7 @@ TEMPLATES: Final[dict[str, str]] = {
             (queue, task, args, kwargs, priority, run_at, max_attempts, idempotency_key,
              meta, timeout, result_ttl)
         VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(kwargs)s::jsonb, %(priority)s,
-                COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s)),
+                """ + _RUN_AT + """,
                 %(max_attempts)s, %(idempotency_key)s, %(meta)s::jsonb, %(timeout)s,
                 %(result_ttl)s)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
@@ -138,7 +143,7 @@ TEMPLATES: Final[dict[str, str]] = {
                  result_ttl)
             SELECT %(queue)s, %(task)s, item.args, COALESCE(item.kwargs, '{{}}'::jsonb),
                    %(priority)s,
-                   COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s)),
+                   """ + _RUN_AT + """,
                    %(max_attempts)s, %(meta)s::jsonb, %(timeout)s, %(result_ttl)s
               FROM ROWS FROM (jsonb_array_elements(%(args)s::jsonb),
                               jsonb_array_elements(%(kwargs)s::jsonb))
@@ -147,9 +152,9 @@ TEMPLATES: Final[dict[str, str]] = {
             RETURNING id
         )
         SELECT array_agg(id ORDER BY id) AS ids, now() AS created_at,
-               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+               """ + _RUN_AT + """
                    AS run_at,
-               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+               """ + _RUN_AT + """
                    <= now() AS ready
           FROM inserted
     """,
@@ -160,9 +165,9 @@ TEMPLATES: Final[dict[str, str]] = {
     "copy_jobs_start": """
         SELECT nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS before_id,
                now() AS created_at,
-               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+               """ + _RUN_AT + """
                    AS run_at,
-               COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))
+               """ + _RUN_AT + """
                    <= now() AS ready
     """,
     # The COPY's ids: when no other session drew from the sequence meanwhile, exactly
@@ -512,6 +517,8 @@ class Queries:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
+        # ``schema.jobs``, quoted: a parameter for functions that take a table's name.
+        self.jobs_table = sql.Identifier(schema, "jobs").as_string()
         identifier = sql.Identifier(schema)
         self._rendered: dict[str, bytes] = {
             name: _dedent(sql.SQL(template).format(schema=identifier).as_string()).encode()
@@ -520,11 +527,6 @@ class Queries:
 
     def __getitem__(self, name: str) -> bytes:
         return self._rendered[name]
-
-    @property
-    def jobs_table(self) -> str:
-        """``schema.jobs``, quoted: a parameter for functions that take a table's name."""
-        return sql.Identifier(self.schema, "jobs").as_string()
 
     def copy_jobs(self, columns: tuple[str, ...]) -> bytes:
         """``COPY schema.jobs (columns) FROM STDIN`` (the names quoted, the result cached)."""
