@@ -9,7 +9,6 @@ test of the COPY path fails if the batch quietly took the INSERT path, and vice 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -64,15 +63,6 @@ class StepLog:
 @pytest.fixture
 def steps(monkeypatch: pytest.MonkeyPatch) -> StepLog:
     return StepLog(monkeypatch)
-
-
-@pytest.fixture
-def q(dsn: str) -> Iterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        queue.close()
 
 
 def stored(dsn: str, ids: list[int]) -> list[dict[str, Any]]:
@@ -267,27 +257,23 @@ def test_autocommit_and_pipeline_connections_take_the_insert_path(
         assert [found["args"] for found in stored(dsn, [one.id])] == [[-1]]
 
 
-async def test_async_pipeline_connections_enqueue_too(dsn: str, steps: StepLog) -> None:
+async def test_async_pipeline_connections_enqueue_too(
+    aq: Queue, dsn: str, steps: StepLog
+) -> None:
     """A plan reads each statement's rows before the next: in the caller's pipeline that
     needs a sync point per statement, which the async driver makes as the sync one does."""
-    q = Queue(dsn=dsn)
 
-    @q.task(name="t")
+    @aq.task(name="t")
     async def task(n: int) -> None: ...
 
-    try:
-        async with await psycopg.AsyncConnection.connect(dsn) as conn:
-            async with conn.pipeline():
-                jobs = await task.using(conn=conn).enqueue_many_async(
-                    [(n,) for n in range(N)]
-                )
-                one = await task.using(conn=conn).enqueue_async(-1)
-            await conn.commit()
-        assert not steps.copied()
-        rows = await asyncio.to_thread(stored, dsn, [*jobs.ids, one.id])
-        assert [found["args"] for found in rows] == [[n] for n in range(N)] + [[-1]]
-    finally:
-        await q.close_async()
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        async with conn.pipeline():
+            jobs = await task.using(conn=conn).enqueue_many_async([(n,) for n in range(N)])
+            one = await task.using(conn=conn).enqueue_async(-1)
+        await conn.commit()
+    assert not steps.copied()
+    rows = await asyncio.to_thread(stored, dsn, [*jobs.ids, one.id])
+    assert [found["args"] for found in rows] == [[n] for n in range(N)] + [[-1]]
 
 
 def test_sqlalchemy_session_bulk_enqueue_copies_in_its_transaction(
@@ -308,20 +294,15 @@ def test_sqlalchemy_session_bulk_enqueue_copies_in_its_transaction(
     assert [found["args"] for found in stored(dsn, jobs.ids)] == [[n] for n in range(N)]
 
 
-async def test_async_bulk_enqueue_copies(dsn: str, steps: StepLog) -> None:
-    q = Queue(dsn=dsn)
-
-    @q.task(name="t")
+async def test_async_bulk_enqueue_copies(aq: Queue, dsn: str, steps: StepLog) -> None:
+    @aq.task(name="t")
     async def task(n: int) -> None: ...
 
-    try:
-        jobs = await task.using(run_in=timedelta(minutes=5)).enqueue_many_async(
-            [(n,) for n in range(N)]
-        )
-        assert steps.copied()
-        rows = await asyncio.to_thread(stored, dsn, jobs.ids)
-        assert [found["args"] for found in rows] == [[n] for n in range(N)]
-        assert {found["delay"] for found in rows} == {timedelta(minutes=5)}
-        assert {job.status for job in jobs} == {"scheduled"}
-    finally:
-        await q.close_async()
+    jobs = await task.using(run_in=timedelta(minutes=5)).enqueue_many_async(
+        [(n,) for n in range(N)]
+    )
+    assert steps.copied()
+    rows = await asyncio.to_thread(stored, dsn, jobs.ids)
+    assert [found["args"] for found in rows] == [[n] for n in range(N)]
+    assert {found["delay"] for found in rows} == {timedelta(minutes=5)}
+    assert {job.status for job in jobs} == {"scheduled"}

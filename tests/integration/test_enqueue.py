@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,24 +13,6 @@ from psycopg.rows import dict_row
 
 from pgqueue import ArgumentError, ConfigurationError, Discard, Job, JobFailed, Queue
 from tests.integration._worker_helpers import background_worker, row
-
-
-@pytest.fixture
-def q(dsn: str) -> Iterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        queue.close()
-
-
-@pytest.fixture
-async def aq(dsn: str) -> AsyncIterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        await queue.close_async()
 
 
 def seconds_until(when: datetime, dsn: str) -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
@@ -14,24 +13,6 @@ import pytest
 from pgqueue import ConfigurationError, Discard, JobContext, JobNotFound, Queue
 from tests._polling import async_wait_until
 from tests.integration._worker_helpers import aexecute, background_worker, row, run_burst
-
-
-@pytest.fixture
-def q(dsn: str) -> Iterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        queue.close()
-
-
-@pytest.fixture
-async def aq(dsn: str) -> AsyncIterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        await queue.close_async()
 
 
 def execute(dsn: str, query: str, params: Any = None) -> None:

@@ -49,15 +49,6 @@ async def async_engine(dsn: str) -> AsyncIterator[AsyncEngine]:
         await created.dispose()
 
 
-@pytest.fixture
-def q(dsn: str) -> Iterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        queue.close()
-
-
 class Notifications:
     """A LISTEN connection on the queue's wake-up channel."""
 
