@@ -1,4 +1,5 @@
-# Developer shortcuts; CI runs .ci/run, which does the same from a fresh clone.
+# Developer shortcuts; CI runs .ci/run, which does the same from a fresh clone. `make check`
+# lints and type-checks exactly what CI does.
 .PHONY: check lint typecheck test test-system ci
 
 SYSTEM_DSN ?= postgresql://postgres@127.0.0.1:5432/test
@@ -6,8 +7,9 @@ SYSTEM_DSN ?= postgresql://postgres@127.0.0.1:5432/test
 check: lint typecheck
 
 lint:
-	ruff check pgqueue cli tests
+	ruff check pgqueue cli migrations tests benchmarks
 
+# pgqueue, cli and tests, strict: the list is [tool.mypy] in pyproject.toml.
 typecheck:
 	mypy
 

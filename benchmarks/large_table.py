@@ -96,7 +96,7 @@ def fill(conn: psycopg.Connection[Any], statement: str, total: int, what: str) -
 
 def measure_claims(dsn: str, claims: int, limit: int) -> dict[str, Any]:
     """Time ``claims`` claim statements (first one separately: it prepares and plans)."""
-    query = QUERIES["claim_jobs_in_queues"]
+    query = QUERIES.claim_jobs_in_queues.sql
     params = CLAIM_PARAMS | {"limit": limit}
     times: list[float] = []
     claimed = 0
@@ -122,7 +122,7 @@ def measure_claims(dsn: str, claims: int, limit: int) -> dict[str, Any]:
 
 def explain(dsn: str, limit: int) -> tuple[str, dict[str, Any]]:
     """EXPLAIN (ANALYZE, BUFFERS) of one claim, rolled back; the text and key numbers."""
-    query = QUERIES["claim_jobs_in_queues"]
+    query = QUERIES.claim_jobs_in_queues.sql
     with psycopg.connect(dsn) as conn:
         try:
             rows = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS) " + query,

@@ -9,10 +9,8 @@ honest: succeeded, retried (jobs that needed more than one attempt), dead.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
-import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -36,7 +34,7 @@ from rich.text import Text
 
 from pgqueue import ConfigurationError, Queue, Task
 from pgqueue.settings import EMBEDDED, resolve_dsn
-from pgqueue.worker.runner import Worker, WorkerSettings
+from pgqueue.worker import BackgroundWorker, WorkerSettings
 
 from . import demo_tasks
 from .context import CliContext, cli_context
@@ -84,49 +82,6 @@ def job_mix(total: int) -> list[tuple[Task[Any, Any], int, str]]:
     if rest < 1:
         raise ConfigurationError(f"--jobs {total} is too few: use at least {len(MIX) + 1}")
     return [(demo_tasks.ping, rest, "async, does nothing: the fast path"), *planned]
-
-
-class BackgroundWorker:
-    """A real :class:`Worker` in a thread of this process, with its own event loop.
-
-    The main thread keeps the display; ``stop()`` asks the worker for the same graceful
-    shutdown SIGTERM would (signal handlers are not installed: they belong to the main
-    thread, which has the display to run).
-    """
-
-    def __init__(self, queue: Queue, settings: WorkerSettings) -> None:
-        self.worker = Worker(queue, settings)
-        self.loop = asyncio.new_event_loop()
-        self.status: int | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="pgqueue-demo-worker", daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.status = self.loop.run_until_complete(self.worker.run())
-        except BaseException as exc:  # handed to the main thread, which re-raises it
-            self.error = exc
-        finally:
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.run_until_complete(self.loop.shutdown_default_executor())
-            self.loop.close()
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Graceful shutdown, as on SIGTERM; harmless once the worker has finished."""
-        # A RuntimeError means the loop already closed: nothing left to stop.
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self.worker.request_stop)
-
-    @property
-    def running(self) -> bool:
-        return self.thread.is_alive()
-
-    def join(self, timeout: float | None = None) -> None:
-        self.thread.join(timeout)
 
 
 def _enqueue(mix: list[tuple[Task[Any, Any], int, str]], name: str, rounds: int = 10) -> int:

@@ -124,7 +124,7 @@ class JobTransaction:
         self._tx_cm.__enter__()
         try:
             row = self._conn.execute(
-                self._ctx._queries["lock_running_job"], self._ctx._fence_params()
+                self._ctx._queries.lock_running_job, self._ctx._fence_params()
             ).fetchone()
             if row is None:
                 raise self._lost()
@@ -140,7 +140,7 @@ class JobTransaction:
         try:
             if exc is None:
                 marked = self._conn.execute(
-                    self._ctx._queries["mark_succeeded_in_transaction"], self._ctx._fence_params()
+                    self._ctx._queries.mark_succeeded_in_transaction, self._ctx._fence_params()
                 ).fetchone()
                 if marked is None:
                     lost = self._lost()
@@ -162,7 +162,7 @@ class JobTransaction:
         await self._tx_cm.__aenter__()
         try:
             cursor = await self._conn.execute(
-                self._ctx._queries["lock_running_job"], self._ctx._fence_params()
+                self._ctx._queries.lock_running_job, self._ctx._fence_params()
             )
             if await cursor.fetchone() is None:
                 raise self._lost()
@@ -178,7 +178,7 @@ class JobTransaction:
         try:
             if exc is None:
                 cursor = await self._conn.execute(
-                    self._ctx._queries["mark_succeeded_in_transaction"], self._ctx._fence_params()
+                    self._ctx._queries.mark_succeeded_in_transaction, self._ctx._fence_params()
                 )
                 if await cursor.fetchone() is None:
                     lost = self._lost()

@@ -24,10 +24,10 @@ _IDEMPOTENT_INSERT_TRIES = 5
 def insert_job(queries: Queries, params: dict[str, Any]) -> Plan[Row]:
     """Insert one job, or return the live job that already holds its idempotency key."""
     for _ in range(_IDEMPOTENT_INSERT_TRIES):
-        row = yield Statement(queries["insert_job"], params)
+        row = yield Statement(queries.insert_job, params)
         if row is not None:
             return row  # type: ignore[no-any-return]
-        holder = yield Statement(queries["select_job_by_idempotency_key"], params)
+        holder = yield Statement(queries.select_job_by_idempotency_key, params)
         if holder is not None:
             return holder  # type: ignore[no-any-return]
     raise DuplicateJob(
@@ -52,7 +52,7 @@ def insert_jobs(queries: Queries, params: dict[str, Any], batch: EncodedBatch) -
         row = yield from _copy_jobs(queries, params, batch)
         return row
     row = yield Statement(
-        queries["insert_jobs"], params | {"args": batch.args, "kwargs": batch.kwargs}
+        queries.insert_jobs, params | {"args": batch.args, "kwargs": batch.kwargs}
     )
     return row  # type: ignore[no-any-return]
 
@@ -66,14 +66,14 @@ COPY_MIN_JOBS = 2000
 
 def _copy_jobs(queries: Queries, params: dict[str, Any], batch: EncodedBatch) -> Plan[Row]:
     start = yield Statement(
-        queries["copy_jobs_start"],
+        queries.copy_jobs_start,
         {"jobs_table": queries.jobs_table, "run_at": params["run_at"],
          "run_in": params["run_in"]},
     )
     columns, fields = _shared_columns(params, start)
     yield Copy(queries.copy_jobs(("args", *columns)), job_rows(batch.args, fields))
     finish = yield Statement(
-        queries["copy_jobs_finish"],
+        queries.copy_jobs_finish,
         {"jobs_table": queries.jobs_table, "before_id": start["before_id"],
          "count": batch.count},
         binary=True,
@@ -115,7 +115,7 @@ def _shared_columns(params: dict[str, Any], start: Row) -> tuple[tuple[str, ...]
 
 def get_job(queries: Queries, job_id: int) -> Plan[Row | None]:
     """The live or dead job with this id."""
-    row = yield Statement(queries["select_job"], {"id": job_id})
+    row = yield Statement(queries.select_job, {"id": job_id})
     return row  # type: ignore[no-any-return]
 
 
@@ -125,21 +125,21 @@ def list_jobs(
     """Newest first, filtered by API status (``dead`` reads dead_jobs), queue and task."""
     params = {"status": status, "queue": queue, "task": task, "limit": limit}
     if status == "dead":
-        name = "select_dead_jobs"
+        query = queries.select_dead_jobs
     elif status is not None:
-        name = "select_live_jobs"
+        query = queries.select_live_jobs
     else:
-        name = "select_jobs"
-    rows = yield Statement(queries[name], params, fetch="all")
+        query = queries.select_jobs
+    rows = yield Statement(query, params, fetch="all")
     return rows  # type: ignore[no-any-return]
 
 
 def cancel_job(queries: Queries, job_id: int) -> Plan[Row]:
     """Queued → cancelled now; running → cancellation requested; finished → unchanged."""
-    done = yield Statement(queries["cancel_queued_job"], {"id": job_id})
+    done = yield Statement(queries.cancel_queued_job, {"id": job_id})
     if done is None:
-        yield Statement(queries["request_cancel_running_job"], {"id": job_id})
-    row = yield Statement(queries["select_job"], {"id": job_id})
+        yield Statement(queries.request_cancel_running_job, {"id": job_id})
+    row = yield Statement(queries.select_job, {"id": job_id})
     if row is None:
         raise JobNotFound(f"no job with id {job_id}")
     return row  # type: ignore[no-any-return]
@@ -158,7 +158,7 @@ def retry_dead(
 ) -> Plan[DeadRetryResult]:
     """Move dead jobs back to ``queued`` keeping their ids; attempts start again at 0."""
     params = {"ids": list(ids) if ids is not None else None, "queue": queue}
-    rows = yield Statement(queries["retry_dead_jobs"], params, fetch="all")
+    rows = yield Statement(queries.retry_dead_jobs, params, fetch="all")
     retried = [row["id"] for row in rows if row["revived"]]
     refused = {
         row["id"]: (
@@ -179,7 +179,7 @@ def retry_dead(
 def purge_dead(queries: Queries, *, older_than: float, queue: str | None) -> Plan[int]:
     """Delete dead jobs that failed more than ``older_than`` seconds ago; return the count."""
     count = yield Statement(
-        queries["purge_dead_jobs"], {"older_than": older_than, "queue": queue}, fetch="rowcount"
+        queries.purge_dead_jobs, {"older_than": older_than, "queue": queue}, fetch="rowcount"
     )
     return int(count)
 
@@ -192,11 +192,11 @@ STAT_KEYS = (
 
 def queue_stats(queries: Queries) -> Plan[list[dict[str, Any]]]:
     """Per queue: counts by API status and the age of the oldest ready job."""
-    rows = yield Statement(queries["queue_stats"], {}, fetch="all")
+    rows = yield Statement(queries.queue_stats, {}, fetch="all")
     return [{key: row[key] for key in STAT_KEYS} for row in rows]
 
 
 def list_workers(queries: Queries) -> Plan[list[Row]]:
     """Live worker processes and their heartbeats."""
-    rows = yield Statement(queries["select_workers"], {}, fetch="all")
+    rows = yield Statement(queries.select_workers, {}, fetch="all")
     return rows  # type: ignore[no-any-return]

@@ -37,7 +37,7 @@ from pgqueue.settings import EMBEDDED, normalize_dsn, parse_duration, resolve_ds
 from pgqueue.task import Task
 
 if TYPE_CHECKING:
-    from pgqueue.worker.runner import WorkerSettings
+    from pgqueue.worker.settings import WorkerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -316,13 +316,14 @@ class Queue:
         Settings: concurrency, queues, poll_interval, lease, shutdown_timeout, burst,
         connect_timeout, install_signal_handlers (see ``pgq worker --help``).
         """
-        from pgqueue.worker.runner import WorkerSettings, run
+        from pgqueue.worker.settings import WorkerSettings
+        from pgqueue.worker.worker import run
 
         return run(self, WorkerSettings(**settings))
 
     def worker_settings(self, **settings: Any) -> WorkerSettings:
         """Validated worker settings (used by the CLI to fail early on bad values)."""
-        from pgqueue.worker.runner import WorkerSettings
+        from pgqueue.worker.settings import WorkerSettings
 
         return WorkerSettings(**settings)
 

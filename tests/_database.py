@@ -35,7 +35,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -446,4 +446,11 @@ def empty_dsn(databases: DatabaseFactory) -> str:
 def conn(dsn: str) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
     """An autocommit psycopg connection to the ``dsn`` database, closed after the test."""
     with psycopg.connect(dsn, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture
+async def aconn(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    """:func:`conn` for async tests: closed on the test's own event loop."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
         yield connection

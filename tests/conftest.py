@@ -1,7 +1,8 @@
 """Shared test set-up: the database fixtures live in the ``tests._database`` plugin.
 
 Fixtures available everywhere: ``database_server``, ``admin_dsn``/``server_dsn``,
-``schema``, ``databases``, ``dsn``, ``empty_dsn``, ``conn``. Polling helpers:
+``schema``, ``databases``, ``dsn``, ``empty_dsn``, ``conn`` (and ``aconn``, its async
+twin). Polling helpers:
 ``from tests._polling import wait_until``.
 """
 

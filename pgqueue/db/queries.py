@@ -1,8 +1,20 @@
 """Every SQL statement pgqueue runs, each under the name the code calls it by.
 
-One place to read the claim, the completion and the lease rules. Statements are written
-with a ``{schema}`` placeholder and rendered once per schema by :class:`Queries`, which
-quotes the name with ``psycopg.sql.Identifier``; values are always bound parameters.
+One place to read the claim, the completion and the lease rules. Statements are the
+attributes of :class:`Queries`, written with a ``{schema}`` placeholder and rendered once
+per schema (:func:`for_schema`), which quotes the name with ``psycopg.sql.Identifier``;
+values are always bound parameters. Code refers to a statement as an attribute
+(``queries.complete_jobs``), so mypy checks the name and a search for it finds every
+caller.
+
+A statement whose rows Python reads field by field declares the type of those rows
+next to it (``_Typed``): a ``NamedTuple`` (or, for the claim, the frozen dataclass the
+executor runs) whose fields are the statement's output columns, by name and in order.
+Its rows come back as that type (:meth:`Query.all`, :meth:`Query.one`), built from each
+row's values in order; ``tests/integration/test_queries.py`` prepares every statement on
+a real server and checks that its columns are exactly its row type's fields. Statements
+run through ``db/plans.py`` (the public API's operations) read rows as dicts by column
+name instead.
 
 Fencing: every claim stores a random ``lease_token`` (drawn by the worker, one per claim
 statement) in the rows it takes, and every statement that records what happened to a
@@ -11,32 +23,120 @@ whose lease was lost (the rescuer re-queued the job and cleared the token, anoth
 drew a new one, or a claim was lost in a PostgreSQL crash) therefore changes nothing:
 zero rows means "lease lost". Unlike ``(id, attempts, worker_id)``, a token never
 repeats, not even when the same worker claims the same attempt again after a crash.
+When these statements run (heartbeat, rescue, lease lengths) is in
+``pgqueue/worker/timings.py``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
-from typing import Final
+from typing import Any, Final, Generic, NamedTuple, TypeVar, overload
 
+import psycopg
 from psycopg import sql
+from psycopg.rows import BaseRowFactory, args_row
 
-# Columns of a job row, in the order queries return them (see ``pgqueue.job.JobRow``).
+R = TypeVar("R")
+
+# -- Rows ------------------------------------------------------------------------------------
+# The types of the rows the worker reads, one per statement (or family of statements).
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job a claim took (a row of ``claim_jobs_*``): the fields the executor needs."""
+
+    id: int
+    queue: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int
+    attempt: int  # this claim's attempt number, 1-based (jobs.attempts after the claim)
+    max_attempts: int
+    timeout: float | None
+    meta: dict[str, Any]
+    run_at: datetime
+    created_at: datetime
+    token: int  # this claim's lease_token: the fence of every outcome it records
+
+
+class NextRunAt(NamedTuple):
+    """A row of ``next_run_at``."""
+
+    next_run_at: datetime | None  # when the next scheduled job is due; None: none is
+
+
+class RecordedOutcome(NamedTuple):
+    """A row of ``complete_jobs``: one outcome that changed its job (a fenced-out one
+    returns no row)."""
+
+    id: int
+    kind: str  # the outcome kind recorded ('dead' for a job moved to dead_jobs)
+    queue: str
+    ready: bool  # the job is queued again and due now: worth a NOTIFY
+    token: int
+
+
+class HeldJob(NamedTuple):
+    """A row of ``heartbeat``: a running job the database says this worker holds."""
+
+    id: int
+    lease_token: int
+    cancel_requested: bool
+
+
+class Rescued(NamedTuple):
+    """The one row of ``rescue_expired_jobs``: what it did with expired leases."""
+
+    requeued: int
+    dead: int
+    cancelled: int
+    queues: str | None  # the queues that got jobs back, comma-separated
+
+
+class StaleWorker(NamedTuple):
+    """A row of ``delete_stale_workers``."""
+
+    id: str
+
+
+# -- Shared fragments ----------------------------------------------------------------------
+
+# Columns of a job row, in the order queries return them (the fields of pgqueue.job.Job).
 JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "status", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
     "result", "meta", "timeout", "result_ttl", "cancel_requested", "created_at",
     "started_at", "finished_at", "expires_at",
 )
+# Columns of a dead job, in table order: the first ones a live job has too, then the
+# error that killed it and when.
 DEAD_JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "worker_id", "last_error", "meta", "timeout",
     "result_ttl", "created_at", "started_at", "finished_at", "error", "failed_at",
 )
-WORKER_COLUMNS: Final = (
-    "id", "hostname", "pid", "queues", "concurrency", "started_at", "last_heartbeat_at",
-    "lease_expires_at",
-)
+# The columns a live job shares with a dead one, as a select list over alias j.
+_SHARED = ", ".join("j." + c for c in DEAD_JOB_COLUMNS[:-2])
+
+
+def _bury(**values: str) -> str:
+    """Insert the rows of CTE ``dead`` (deleted from jobs, ``RETURNING`` at least the
+    shared columns) into dead_jobs: each column from ``dead``'s column of the same name,
+    or from the expression ``values`` gives for it."""
+    unknown = set(values) - set(DEAD_JOB_COLUMNS)
+    assert not unknown, f"not columns of dead_jobs: {sorted(unknown)}"
+    return (
+        "INSERT INTO {schema}.dead_jobs (" + ", ".join(DEAD_JOB_COLUMNS) + ")\n"
+        "SELECT " + ", ".join(values.get(c, c) for c in DEAD_JOB_COLUMNS) + "\n"
+        "FROM dead"
+    )
+
 
 # The status users see: ``queued`` rows split by whether they are due and were tried.
 _API_STATUS = """
@@ -44,13 +144,6 @@ _API_STATUS = """
          THEN CASE WHEN j.attempts > 0 THEN 'retrying' ELSE 'scheduled' END
          ELSE j.status END
 """
-
-# The columns a live job shares with a dead one, as a select list over alias j.
-_SHARED = (
-    "j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.run_at, j.attempts, "
-    "j.max_attempts, j.idempotency_key, j.worker_id, j.last_error, j.meta, j.timeout, "
-    "j.result_ttl, j.created_at, j.started_at, j.finished_at"
-)
 
 _LIVE_SELECT = (
     "SELECT " + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS + " AS api_status, "
@@ -73,6 +166,11 @@ _CANCEL_WINS = "(o.kind IN ('retry', 'snooze', 'release') AND j.cancel_requested
 # transaction's start). One expression for every way of enqueueing, so a job enqueued
 # one by one, in bulk or through COPY gets the same run_at.
 _RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run_in)s))"
+
+# Why the rescuer took a job back: its last_error, and its error if that made it dead.
+# (Unqualified columns: every place that uses it reads only the jobs table.)
+_LEASE_EXPIRED = ("format('lease expired: worker %%s stopped heartbeating during attempt %%s', "
+                  "worker_id, attempts)")
 
 
 def _claim(*, in_queues: bool, after: bool) -> str:
@@ -109,16 +207,112 @@ def _claim(*, in_queues: bool, after: bool) -> str:
                started_at = now(), cancel_requested = false
           FROM claimable
          WHERE j.id = claimable.id
-        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts,
-                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at
+        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts AS attempt,
+                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at,
+                  j.lease_token AS token
     """
 
 
-TEMPLATES: Final[dict[str, str]] = {
+# -- Statements ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Query(Generic[R]):
+    """A rendered statement whose rows come back as ``R`` (built from each row's values,
+    in order: see the module docstring for how that order is checked)."""
+
+    sql: bytes
+    row: Callable[..., R]
+    _factory: BaseRowFactory[R] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_factory", args_row(self.row))
+
+    async def all(
+        self, conn: psycopg.AsyncConnection[Any], params: Mapping[str, Any], *,
+        prepare: bool | None = None,
+    ) -> list[R]:
+        """Run the statement; every row it returns."""
+        async with conn.cursor(row_factory=self._factory) as cursor:
+            await cursor.execute(self.sql, params, prepare=prepare)
+            return await cursor.fetchall()
+
+    async def one(
+        self, conn: psycopg.AsyncConnection[Any], params: Mapping[str, Any], *,
+        prepare: bool | None = None,
+    ) -> R:
+        """Run a statement that returns exactly one row; that row."""
+        rows = await self.all(conn, params, prepare=prepare)
+        if len(rows) != 1:
+            raise RuntimeError(f"expected one row, got {len(rows)} (please report this)")
+        return rows[0]
+
+
+class _Template:
+    """A statement of :class:`Queries` as written, with its ``{schema}`` placeholder."""
+
+    name: str
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    def text(self, schema: sql.Identifier) -> bytes:
+        """The statement for ``schema``, without its indentation."""
+        return _dedent(sql.SQL(self.template).format(schema=schema).as_string()).encode()
+
+    def render(self, schema: sql.Identifier) -> bytes | Query[Any]:
+        """What the attribute holds on a :class:`Queries` for ``schema``."""
+        return self.text(schema)
+
+
+class _Plain(_Template):
+    """A statement whose rows, if any, nobody reads by position: its text, as bytes."""
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> _Plain: ...
+    @overload
+    def __get__(self, instance: Queries, owner: type[Any]) -> bytes: ...
+    def __get__(self, instance: Queries | None, owner: type[Any]) -> _Plain | bytes:
+        if instance is None:
+            return self
+        return instance.rendered(self.name)  # type: ignore[return-value]
+
+
+class _Typed(_Template, Generic[R]):
+    """A statement whose rows the worker reads: a :class:`Query` with its row type."""
+
+    def __init__(self, row: Callable[..., R], template: str) -> None:
+        super().__init__(template)
+        self.row = row
+
+    def render(self, schema: sql.Identifier) -> Query[R]:
+        return Query(self.text(schema), self.row)
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> _Typed[R]: ...
+    @overload
+    def __get__(self, instance: Queries, owner: type[Any]) -> Query[R]: ...
+    def __get__(self, instance: Queries | None, owner: type[Any]) -> _Typed[R] | Query[R]:
+        if instance is None:
+            return self
+        return instance.rendered(self.name)  # type: ignore[return-value]
+
+
+class Queries:
+    """Every statement, rendered for one schema (see :func:`for_schema`).
+
+    Rendering happens once per schema, when the object is made; statements are bytes
+    (or a :class:`Query` carrying bytes) so psycopg can prepare them and mypy accepts
+    them as queries.
+    """
+
     # -- Enqueue -----------------------------------------------------------------------
     # One job. A live job holding the same idempotency key makes this insert nothing;
     # the caller then reads the holder with select_job_by_idempotency_key.
-    "insert_job": """
+    insert_job = _Plain("""
         INSERT INTO {schema}.jobs AS j
             (queue, task, args, kwargs, priority, run_at, max_attempts, idempotency_key,
              meta, timeout, result_ttl)
@@ -128,15 +322,15 @@ TEMPLATES: Final[dict[str, str]] = {
                 %(result_ttl)s)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
         DO NOTHING
-        RETURNING """ + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS,
-    "select_job_by_idempotency_key": _LIVE_SELECT + """
+        RETURNING """ + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS)
+    select_job_by_idempotency_key = _Plain(_LIVE_SELECT + """
         WHERE j.idempotency_key = %(idempotency_key)s AND j.status <> 'cancelled'
-    """,
+    """)
     # Many jobs of one task with shared options: one statement whatever the count.
     # %(args)s is one JSON array with an args list per job; %(kwargs)s one with a kwargs
     # object per job, or [] when no job has any. Ids come from the identity sequence in
     # input order (ORDER BY ord) and come back as one array, in that order.
-    "insert_jobs": """
+    insert_jobs = _Plain("""
         WITH inserted AS (
             INSERT INTO {schema}.jobs
                 (queue, task, args, kwargs, priority, run_at, max_attempts, meta, timeout,
@@ -157,23 +351,23 @@ TEMPLATES: Final[dict[str, str]] = {
                """ + _RUN_AT + """
                    <= now() AS ready
           FROM inserted
-    """,
+    """)
     # A bulk insert that streams its rows with COPY (operations.insert_jobs) runs these
     # two around it, in the same transaction. The first takes one id from the jobs
     # sequence: every id the COPY draws comes after it. It also gives the timestamps,
     # computed as insert_jobs computes them.
-    "copy_jobs_start": """
+    copy_jobs_start = _Plain("""
         SELECT nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS before_id,
                now() AS created_at,
                """ + _RUN_AT + """
                    AS run_at,
                """ + _RUN_AT + """
                    <= now() AS ready
-    """,
+    """)
     # The COPY's ids: when no other session drew from the sequence meanwhile, exactly
     # (before_id, last_id], and ids is NULL; otherwise the ids in that range of the rows
     # this COPY wrote, found by their xmin (one statement, one (sub)transaction id).
-    "copy_jobs_finish": """
+    copy_jobs_finish = _Plain("""
         SELECT s.last_id,
                CASE WHEN s.last_id - %(before_id)s = %(count)s THEN NULL
                     ELSE (SELECT array_agg(j.id ORDER BY j.id) FROM {schema}.jobs AS j
@@ -182,26 +376,26 @@ TEMPLATES: Final[dict[str, str]] = {
                                             WHERE mine.id = s.last_id))
                END AS ids
           FROM (SELECT currval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS last_id) AS s
-    """,
+    """)
     # -- Claim (see _claim) ------------------------------------------------------------
-    "claim_jobs_any_queue": _claim(in_queues=False, after=False),
-    "claim_jobs_in_queues": _claim(in_queues=True, after=False),
-    "claim_jobs_any_queue_after": _claim(in_queues=False, after=True),
-    "claim_jobs_in_queues_after": _claim(in_queues=True, after=True),
+    claim_jobs_any_queue = _Typed(ClaimedJob, _claim(in_queues=False, after=False))
+    claim_jobs_in_queues = _Typed(ClaimedJob, _claim(in_queues=True, after=False))
+    claim_jobs_any_queue_after = _Typed(ClaimedJob, _claim(in_queues=False, after=True))
+    claim_jobs_in_queues_after = _Typed(ClaimedJob, _claim(in_queues=True, after=True))
     # When the next scheduled job becomes due, so an idle worker sleeps until then.
     # A row due in the future was due later than it was created: the second condition
     # adds nothing to the answer and lets the planner use jobs_scheduled_idx.
-    "next_run_at": """
-        SELECT min(run_at) FROM {schema}.jobs
+    next_run_at = _Typed(NextRunAt, """
+        SELECT min(run_at) AS next_run_at FROM {schema}.jobs
          WHERE status = 'queued' AND run_at > now() AND run_at > created_at
            AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
-    """,
+    """)
     # -- Completion (the completer is the only caller) ---------------------------------
     # Records a batch of outcomes in one statement, fenced on id, lease token and
     # status. Kinds: succeeded, retry, snooze, release, cancelled, progress (meta only,
     # job keeps running), result (value of a job already marked succeeded by
     # ctx.transaction()), dead (moved to dead_jobs). Returns the rows it changed.
-    "complete_jobs": """
+    complete_jobs = _Typed(RecordedOutcome, """
         WITH outcome AS (
             SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(kinds)s::text[],
                                  %(results)s::jsonb[], %(errors)s::text[], %(delays)s::float8[],
@@ -263,33 +457,27 @@ TEMPLATES: Final[dict[str, str]] = {
                       o.token
         ),
         buried AS (
-            INSERT INTO {schema}.dead_jobs
-                (id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
-                 idempotency_key, worker_id, last_error, meta, timeout, result_ttl, created_at,
-                 started_at, finished_at, error, failed_at)
-            SELECT id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
-                   idempotency_key, worker_id, final_error, final_meta, timeout, result_ttl,
-                   created_at, started_at, now(), final_error, now()
-              FROM dead
+            """ + _bury(last_error="final_error", meta="final_meta", finished_at="now()",
+                        error="final_error", failed_at="now()") + """
         )
         SELECT id, kind, queue, ready, token FROM updated
         UNION ALL
         SELECT id, 'dead', queue, false, token FROM dead
-    """,
+    """)
     # -- ctx.transaction(): the task's writes and its completion commit together --------
-    "lock_running_job": """
+    lock_running_job = _Plain("""
         SELECT id FROM {schema}.jobs
          WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
            FOR UPDATE
-    """,
-    "mark_succeeded_in_transaction": """
+    """)
+    mark_succeeded_in_transaction = _Plain("""
         UPDATE {schema}.jobs
            SET status = 'succeeded', finished_at = now(), lease_expires_at = NULL,
                expires_at = now() + make_interval(secs => result_ttl),
                cancel_requested = false
          WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
         RETURNING id
-    """,
+    """)
     # -- Heartbeat ---------------------------------------------------------------------
     # One statement: upsert this worker's row and extend the lease of every job it holds.
     # Returns the jobs still held, so the worker learns of lost leases and cancellations.
@@ -298,7 +486,7 @@ TEMPLATES: Final[dict[str, str]] = {
     # written — is skipped (nobody can rescue a locked row) and reported as held from the
     # statement's snapshot. Waiting would stall every other lease of this worker behind
     # that lock, and the rescuer would take those jobs from a live worker.
-    "heartbeat": """
+    heartbeat = _Typed(HeldJob, """
         WITH worker AS (
             INSERT INTO {schema}.workers
                 (id, hostname, pid, queues, concurrency, lease_expires_at)
@@ -325,17 +513,17 @@ TEMPLATES: Final[dict[str, str]] = {
         UNION ALL
         SELECT id, lease_token, cancel_requested FROM held
          WHERE id NOT IN (SELECT id FROM extended)
-    """,
-    "delete_worker": "DELETE FROM {schema}.workers WHERE id = %(worker_id)s",
-    "select_workers": """
+    """)
+    delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
+    select_workers = _Plain("""
         SELECT id, hostname, pid, queues, concurrency, started_at, last_heartbeat_at,
                lease_expires_at
           FROM {schema}.workers ORDER BY started_at, id
-    """,
+    """)
     # -- Maintenance (any worker may run these; SKIP LOCKED keeps them from fighting) ---
     # Expired leases count as a failed attempt: back to queued at once, or dead when
     # the attempts are spent.
-    "rescue_expired_jobs": """
+    rescue_expired_jobs = _Typed(Rescued, """
         WITH expired AS (
             SELECT id FROM {schema}.jobs
              WHERE status = 'running' AND lease_expires_at < now()
@@ -347,8 +535,7 @@ TEMPLATES: Final[dict[str, str]] = {
             UPDATE {schema}.jobs AS j
                SET status = 'queued', run_at = now(), worker_id = NULL, lease_token = NULL,
                    lease_expires_at = NULL, cancel_requested = false,
-                   last_error = format('lease expired: worker %%s stopped heartbeating during '
-                                       'attempt %%s', j.worker_id, j.attempts)
+                   last_error = """ + _LEASE_EXPIRED + """
               FROM expired e
              WHERE j.id = e.id AND j.attempts < j.max_attempts AND NOT j.cancel_requested
             RETURNING j.id, j.queue
@@ -369,31 +556,20 @@ TEMPLATES: Final[dict[str, str]] = {
             RETURNING """ + _SHARED + """
         ),
         buried AS (
-            INSERT INTO {schema}.dead_jobs
-                (id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
-                 idempotency_key, worker_id, last_error, meta, timeout, result_ttl, created_at,
-                 started_at, finished_at, error, failed_at)
-            SELECT id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
-                   idempotency_key, worker_id,
-                   format('lease expired: worker %%s stopped heartbeating during attempt %%s',
-                          worker_id, attempts),
-                   meta, timeout, result_ttl, created_at, started_at, now(),
-                   format('lease expired: worker %%s stopped heartbeating during attempt %%s',
-                          worker_id, attempts),
-                   now()
-              FROM dead
+            """ + _bury(last_error=_LEASE_EXPIRED, finished_at="now()", error=_LEASE_EXPIRED,
+                        failed_at="now()") + """
         )
-        SELECT (SELECT count(*) FROM requeued), (SELECT count(*) FROM dead),
-               (SELECT count(*) FROM cancelled),
-               (SELECT string_agg(DISTINCT queue, ',') FROM requeued)
-    """,
-    "delete_stale_workers": """
+        SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM dead) AS dead,
+               (SELECT count(*) FROM cancelled) AS cancelled,
+               (SELECT string_agg(DISTINCT queue, ',') FROM requeued) AS queues
+    """)
+    delete_stale_workers = _Typed(StaleWorker, """
         DELETE FROM {schema}.workers
          WHERE lease_expires_at < now() - make_interval(secs => %(grace)s)
         RETURNING id
-    """,
+    """)
     # Finished rows past their result_ttl; bounded so one run never holds locks for long.
-    "prune_finished_jobs": """
+    prune_finished_jobs = _Plain("""
         DELETE FROM {schema}.jobs AS j
          WHERE j.id = ANY(ARRAY(
             SELECT id FROM {schema}.jobs
@@ -401,33 +577,33 @@ TEMPLATES: Final[dict[str, str]] = {
              ORDER BY expires_at
              LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED))
-    """,
-    "notify_ready": "SELECT pg_notify(%(channel)s, %(queues)s)",
+    """)
+    notify_ready = _Plain("SELECT pg_notify(%(channel)s, %(queues)s)")
     # -- Reading jobs ------------------------------------------------------------------
-    "select_job": _LIVE_SELECT + " WHERE j.id = %(id)s UNION ALL " + _DEAD_SELECT
-    + " WHERE j.id = %(id)s",
-    "select_jobs": "SELECT * FROM (" + _LIVE_SELECT + " UNION ALL " + _DEAD_SELECT + """
+    select_job = _Plain(_LIVE_SELECT + " WHERE j.id = %(id)s UNION ALL " + _DEAD_SELECT
+    + " WHERE j.id = %(id)s")
+    select_jobs = _Plain("SELECT * FROM (" + _LIVE_SELECT + " UNION ALL " + _DEAD_SELECT + """
         ) AS listed
          WHERE (%(status)s::text IS NULL OR api_status = %(status)s::text)
            AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
            AND (%(task)s::text IS NULL OR task = %(task)s::text)
          ORDER BY id DESC
          LIMIT %(limit)s
-    """,
-    "select_live_jobs": _LIVE_SELECT + """
+    """)
+    select_live_jobs = _Plain(_LIVE_SELECT + """
          WHERE (%(status)s::text IS NULL OR """ + _API_STATUS + """ = %(status)s::text)
            AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
            AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
          ORDER BY j.id DESC
          LIMIT %(limit)s
-    """,
-    "select_dead_jobs": _DEAD_SELECT + """
+    """)
+    select_dead_jobs = _Plain(_DEAD_SELECT + """
          WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
            AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
          ORDER BY j.failed_at DESC, j.id DESC
          LIMIT %(limit)s
-    """,
-    "queue_stats": """
+    """)
+    queue_stats = _Plain("""
         WITH live AS (
             SELECT queue,
                    count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS queued,
@@ -455,24 +631,24 @@ TEMPLATES: Final[dict[str, str]] = {
                    AS oldest_queued_age_seconds
           FROM live FULL JOIN dead ON live.queue = dead.queue
          ORDER BY 1
-    """,
+    """)
     # -- Cancelling ---------------------------------------------------------------------
-    "cancel_queued_job": """
+    cancel_queued_job = _Plain("""
         UPDATE {schema}.jobs
            SET status = 'cancelled', finished_at = now(), last_error = 'cancelled before it ran',
                expires_at = now() + make_interval(secs => result_ttl)
          WHERE id = %(id)s AND status = 'queued'
         RETURNING id
-    """,
-    "request_cancel_running_job": """
+    """)
+    request_cancel_running_job = _Plain("""
         UPDATE {schema}.jobs SET cancel_requested = true
          WHERE id = %(id)s AND status = 'running'
         RETURNING id
-    """,
+    """)
     # -- Dead jobs ---------------------------------------------------------------------
     # Back to jobs with the same id and attempts reset to 0. A job whose idempotency key
     # a newer live job holds is not moved (ON CONFLICT DO NOTHING) and stays dead.
-    "retry_dead_jobs": """
+    retry_dead_jobs = _Plain("""
         WITH candidates AS (
             SELECT * FROM {schema}.dead_jobs
              WHERE (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
@@ -499,34 +675,33 @@ TEMPLATES: Final[dict[str, str]] = {
         SELECT c.id, c.idempotency_key, (r.id IS NOT NULL) AS revived
           FROM candidates c LEFT JOIN removed r ON r.id = c.id
          ORDER BY c.id
-    """,
-    "purge_dead_jobs": """
+    """)
+    purge_dead_jobs = _Plain("""
         DELETE FROM {schema}.dead_jobs
          WHERE failed_at < now() - make_interval(secs => %(older_than)s)
            AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-    """,
-}
-
-
-class Queries:
-    """The statements of :data:`TEMPLATES`, rendered for one schema.
-
-    Rendering happens once per schema (see :func:`for_schema`); the results are bytes
-    so psycopg can prepare them and mypy accepts them as queries.
-    """
+    """)
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
         # ``schema.jobs``, quoted: a parameter for functions that take a table's name.
         self.jobs_table = sql.Identifier(schema, "jobs").as_string()
         identifier = sql.Identifier(schema)
-        self._rendered: dict[str, bytes] = {
-            name: _dedent(sql.SQL(template).format(schema=identifier).as_string()).encode()
-            for name, template in TEMPLATES.items()
-        }
+        # In the instance's __dict__, which attribute lookup reads before the class's
+        # descriptors: after this, queries.<name> costs a dict lookup.
+        for name, template in self.templates().items():
+            self.__dict__[name] = template.render(identifier)
 
-    def __getitem__(self, name: str) -> bytes:
-        return self._rendered[name]
+    @classmethod
+    def templates(cls) -> dict[str, _Template]:
+        """Every statement as written, by name."""
+        return {name: value for name, value in vars(cls).items()
+                if isinstance(value, _Template)}
+
+    def rendered(self, name: str) -> bytes | Query[Any]:
+        """The statement ``name`` for this schema (what ``queries.<name>`` reads)."""
+        value: bytes | Query[Any] = self.__dict__[name]
+        return value
 
     def copy_jobs(self, columns: tuple[str, ...]) -> bytes:
         """``COPY schema.jobs (columns) FROM STDIN`` (the names quoted, the result cached)."""

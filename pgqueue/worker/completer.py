@@ -20,45 +20,42 @@ import psycopg
 
 from pgqueue.db.names import notify_channel
 from pgqueue.db.queries import Queries
-from pgqueue.worker.backoff import Backoff, is_retryable
+from pgqueue.worker.backoff import Backoff
+from pgqueue.worker.connections import Connect
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.service import Service
 
 logger = logging.getLogger("pgqueue.worker")
 
 MAX_BATCH = 1000
 
-# Session settings of the completer's connection. complete_jobs is prepared (psycopg
-# does so after five executions) and PostgreSQL may then cache a generic plan. Made while
-# the table is small, that plan seq-scans jobs, and it is kept as the table grows: the
-# write then costs O(rows) per batch (measured 0.7 s -> 33 s per batch within two
-# minutes of a 4,100 jobs/s soak, when worker_id was still part of the fence). With
-# sequential scans off, the primary key is the only way to a row, whatever the
-# statistics said when the plan was made. No other statement on this connection scans.
-CONNECTION_OPTIONS = "-c enable_seqscan=off"
 
+class Completer(Service):
+    """Collects outcomes from executions and records them in batches.
 
-class Completer:
-    """Collects outcomes from executions and records them in batches."""
+    Its connection plans with sequential scans off (``connections.COMPLETIONS``).
+    """
+
+    name = "completer"
 
     def __init__(
         self,
         *,
-        connect: Callable[[], Any],
+        connect: Connect,
         queries: Queries,
         on_recorded: Callable[[Outcome, bool], None],
         flush_interval: float = 0.002,
     ) -> None:
-        self._connect = connect
+        super().__init__(connect=connect, backoff=Backoff())
         self._queries = queries
         self._on_recorded = on_recorded
         self._flush_interval = flush_interval
         self._pending: dict[tuple[int, int], Outcome] = {}
+        # The batch being written: kept until a write succeeds, across reconnections.
+        self._batch: list[Outcome] = []
         self._arrived = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._backoff = Backoff()
-        self.recorded = 0
 
     def submit(self, outcome: Outcome) -> None:
         """Queue an outcome for the next batch (progress merges into a later final outcome)."""
@@ -83,46 +80,30 @@ class Completer:
         """Return once every submitted outcome has been written (or dropped as fenced)."""
         await self._idle.wait()
 
-    async def run(self) -> None:
-        """Write batches until cancelled; call :meth:`wait_idle` first to lose nothing."""
-        try:
-            while True:
-                await self._arrived.wait()
-                if self._flush_interval:
-                    await asyncio.sleep(self._flush_interval)
-                self._arrived.clear()
-                while self._pending:
-                    batch = self._take_batch()
-                    await self._write_until_done(batch)
-                if not self._pending:
-                    self._idle.set()
-        finally:
-            if self._conn is not None:
-                await self._conn.close()
+    async def wait(self) -> None:
+        """Until outcomes arrive, then a moment more (``flush_interval``) so that the
+        outcomes of executions ending together share one batch."""
+        await self._arrived.wait()
+        if self._flush_interval:
+            await asyncio.sleep(self._flush_interval)
+        self._arrived.clear()
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Write batches until nothing is pending (the runner waits for that at shutdown)."""
+        while self._batch or self._pending:
+            if not self._batch:
+                self._batch = self._take_batch()
+            await self._write(conn, self._batch)
+            self._batch = []
+        self._idle.set()
+
+    def failed(self, error: str, delay: float) -> str:
+        return (f"Could not record {len(self._batch)} job outcome(s) ({error}); "
+                f"retrying in {delay:.2f} s.")
 
     def _take_batch(self) -> list[Outcome]:
         keys = list(self._pending)[:MAX_BATCH]
         return [self._pending.pop(key) for key in keys]
-
-    async def _write_until_done(self, batch: list[Outcome]) -> None:
-        while True:
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = await self._connect()
-                await self._write(self._conn, batch)
-                self._backoff.reset()
-                return
-            except Exception as exc:
-                if not is_retryable(exc):
-                    raise
-                delay = self._backoff.next_delay()
-                logger.warning("Could not record %d job outcome(s) (%s); retrying in %.2f s.",
-                               len(batch), str(exc).strip().splitlines()[0] if str(exc).strip()
-                               else type(exc).__name__, delay)
-                if self._conn is not None:
-                    await self._conn.close()
-                    self._conn = None
-                await asyncio.sleep(delay)
 
     async def _write(self, conn: psycopg.AsyncConnection[Any], batch: list[Outcome]) -> None:
         params = {
@@ -134,15 +115,14 @@ class Completer:
             "delays": [o.delay for o in batch],
             "progress": [o.progress for o in batch],
         }
-        # Prepared after five executions like any statement; see CONNECTION_OPTIONS for
-        # why its cached plan cannot degrade into a sequential scan.
-        cursor = await conn.execute(self._queries["complete_jobs"], params)
-        rows = await cursor.fetchall()
-        changed = {(row[0], row[4]) for row in rows}
-        ready_queues = sorted({row[2] for row in rows if row[1] in ("release", "retry", "snooze")
-                               and row[3]})
+        # Prepared after five executions like any statement; see connections.COMPLETIONS
+        # for why its cached plan cannot degrade into a sequential scan.
+        rows = await self._queries.complete_jobs.all(conn, params)
+        changed = {(row.id, row.token) for row in rows}
+        ready_queues = sorted({row.queue for row in rows
+                               if row.kind in ("release", "retry", "snooze") and row.ready})
         if ready_queues:
-            await conn.execute(self._queries["notify_ready"], {
+            await conn.execute(self._queries.notify_ready, {
                 "channel": notify_channel(self._queries.schema), "queues": ",".join(ready_queues),
             })
         for outcome in batch:
@@ -155,5 +135,4 @@ class Completer:
                     extra={"job_id": outcome.job_id, "task": outcome.task,
                            "attempt": outcome.attempt},
                 )
-            self.recorded += recorded
             self._on_recorded(outcome, recorded)

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pgqueue.context import JobContext, TransactionSource
-from pgqueue.db.queries import Queries
+from pgqueue.db.queries import ClaimedJob, Queries
 from pgqueue.errors import Discard, LeaseLost, Retry, Snooze
 from pgqueue.job import Job
 from pgqueue.serialization import encode_result
 from pgqueue.task import Task
 from pgqueue.worker.backoff import retry_delay
-from pgqueue.worker.outcome import ClaimedJob, Outcome, OutcomeKind
+from pgqueue.worker.outcome import Outcome, OutcomeKind
 from pgqueue.worker.threads import DaemonThreadPool
 
 logger = logging.getLogger("pgqueue.worker")
@@ -212,14 +212,13 @@ class Executor:
             delay = retry_delay(job.attempt, task.retry_intervals if task else None)
         logger.warning("Job %s (%s) failed attempt %s of %s; retrying in %.1f s: %s",
                        job.id, job.task, job.attempt, job.max_attempts, delay,
-                       error.strip().splitlines()[-1] if error.strip() else error,
-                       extra=_extra(job))
+                       _last_line(error), extra=_extra(job))
         return Outcome.of(job, "retry", error=error, delay=delay)
 
     def _dead(self, job: ClaimedJob, error: str) -> Outcome:
         error = _storable(error)
         logger.error("Job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
-                     error.strip().splitlines()[-1] if error.strip() else error, extra=_extra(job))
+                     _last_line(error), extra=_extra(job))
         return Outcome.of(job, "dead", error=error)
 
 
@@ -227,6 +226,11 @@ def _storable(error: str) -> str:
     """The error text with NUL characters spelled out: a text column refuses them, and one
     refused outcome would fail the completer's whole batch."""
     return error.replace("\x00", "\\x00")
+
+
+def _last_line(error: str) -> str:
+    """The last line of an error text: for a traceback, the exception itself."""
+    return error.strip().splitlines()[-1] if error.strip() else error
 
 
 def _extra(job: ClaimedJob) -> dict[str, Any]:

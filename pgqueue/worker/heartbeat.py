@@ -1,8 +1,9 @@
 """The heartbeat: keeps this worker's row and leases alive, and learns what changed.
 
-One statement every ``lease / 3`` seconds upserts the ``workers`` row and extends the
-lease of every job this worker holds. The rows it returns are the jobs the database still
-gives us: a running execution missing from them lost its lease (another worker may be
+One statement every ``lease / 3`` seconds (the timings are in ``worker/timings.py``)
+upserts the ``workers`` row and extends the lease of every job this worker holds. The
+rows it returns are the jobs the database still gives us: a running execution missing
+from them, or held under another lease token, lost its lease (another worker may be
 running it now) and is stopped; one with ``cancel_requested`` set is cancelled. While
 heartbeats fail the worker is *unhealthy* and claims nothing new: it cannot promise to
 keep a lease it cannot renew.
@@ -19,19 +20,24 @@ from typing import Any
 import psycopg
 
 from pgqueue.db.queries import Queries
-from pgqueue.worker.backoff import Backoff, is_retryable
+from pgqueue.worker import timings
+from pgqueue.worker.backoff import Backoff
+from pgqueue.worker.connections import Connect
 from pgqueue.worker.executor import Execution
+from pgqueue.worker.service import Service
 
 logger = logging.getLogger("pgqueue.worker")
 
 
-class Heartbeat:
+class Heartbeat(Service):
     """Extends leases on a timer; reports lost leases and cancellation requests."""
+
+    name = "heartbeat"
 
     def __init__(
         self,
         *,
-        connect: Callable[[], Any],
+        connect: Connect,
         queries: Queries,
         registration: dict[str, Any],
         lease: float,
@@ -39,16 +45,17 @@ class Heartbeat:
         on_lease_lost: Callable[[Execution], None],
         on_cancel_requested: Callable[[Execution], None],
     ) -> None:
-        self._connect = connect
+        self.lease = lease
+        self.interval = timings.heartbeat_interval(lease)
+        super().__init__(connect=connect, backoff=Backoff(
+            base=timings.HEARTBEAT_RETRY_BASE,
+            cap=min(timings.HEARTBEAT_RETRY_CAP, self.interval),
+        ))
         self._queries = queries
         self._params = registration | {"lease": lease}
-        self.lease = lease
-        self.interval = lease / 3
         self._running = running
         self._on_lease_lost = on_lease_lost
         self._on_cancel_requested = on_cancel_requested
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._backoff = Backoff(base=0.2, cap=min(5.0, self.interval))
         self.last_success = time.monotonic()
         self.failing_since: float | None = None
 
@@ -58,16 +65,20 @@ class Heartbeat:
 
         The margin (one interval) stops claims *before* the leases we hold can expire.
         """
-        return time.monotonic() - self.last_success < self.lease - self.interval
+        return time.monotonic() - self.last_success < timings.claims_allowed_for(self.lease)
 
     async def beat(self) -> None:
-        """One heartbeat; raises on database errors (the loop retries)."""
-        if self._conn is None or self._conn.closed:
-            self._conn = await self._connect()
+        """One heartbeat now; raises on database errors (:meth:`run` retries them)."""
+        await self.round()
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.interval)
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
         started = time.monotonic()
         candidates = [e for e in self._running() if e.started < started]
-        cursor = await self._conn.execute(self._queries["heartbeat"], self._params)
-        held = {row[0]: (row[1], row[2]) for row in await cursor.fetchall()}
+        rows = await self._queries.heartbeat.all(conn, self._params)
+        held = {row.id: row for row in rows}
         if self.failing_since is not None:
             logger.info("Heartbeats work again, %.1f s after the last one that succeeded.",
                         started - self.last_success)
@@ -85,39 +96,13 @@ class Heartbeat:
             if execution.ctx.transaction_open or execution.ctx.completed_in_transaction:
                 continue
             state = held.get(execution.job.id)
-            if state is None or state[0] != execution.job.token:
+            if state is None or state.lease_token != execution.job.token:
                 self._on_lease_lost(execution)
-            elif state[1]:
+            elif state.cancel_requested:
                 self._on_cancel_requested(execution)
 
-    async def run(self) -> None:
-        """Beat every interval until cancelled; on errors reconnect with backoff."""
-        try:
-            while True:
-                await asyncio.sleep(self.interval)
-                await self._beat_with_retries()
-        finally:
-            if self._conn is not None:
-                await self._conn.close()
-
-    async def _beat_with_retries(self) -> None:
-        while True:
-            try:
-                await self.beat()
-                self._backoff.reset()
-                return
-            except Exception as exc:
-                if not is_retryable(exc):
-                    raise
-                if self.failing_since is None:
-                    self.failing_since = time.monotonic()
-                if self._conn is not None:
-                    await self._conn.close()
-                    self._conn = None
-                delay = self._backoff.next_delay()
-                logger.warning(
-                    "Heartbeat failed (%s); retrying in %.2f s.%s",
-                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                    delay, "" if self.healthy else " Not claiming new jobs until it works.",
-                )
-                await asyncio.sleep(delay)
+    def failed(self, error: str, delay: float) -> str:
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+        unhealthy = "" if self.healthy else " Not claiming new jobs until it works."
+        return f"Heartbeat failed ({error}); retrying in {delay:.2f} s.{unhealthy}"

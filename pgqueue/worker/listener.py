@@ -9,31 +9,35 @@ polls on a timer.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Any
 
-from pgqueue.worker.backoff import Backoff, is_retryable
+import psycopg
+from psycopg import sql
 
-logger = logging.getLogger("pgqueue.worker")
+from pgqueue.worker.backoff import Backoff
+from pgqueue.worker.connections import Connect
+from pgqueue.worker.service import Service
 
 
-class Listener:
+class Listener(Service):
     """Turns NOTIFYs on ``channel`` about our queues into producer wake-ups."""
+
+    name = "listener"
+    failure = "Listen connection lost ({error}); reconnecting in {delay:.2f} s."
 
     def __init__(
         self,
         *,
-        connect: Callable[[], Any],
+        connect: Connect,
         channel: str,
         queues: frozenset[str],
         wake: Callable[[], None],
     ) -> None:
-        self._connect = connect
+        super().__init__(connect=connect, backoff=Backoff(base=0.2, cap=5.0))
         self._channel = channel
         self._queues = queues
         self._wake = wake
-        self._backoff = Backoff(base=0.2, cap=5.0)
         self.listening = asyncio.Event()
 
     def _relevant(self, payload: str) -> bool:
@@ -41,30 +45,18 @@ class Listener:
             return True
         return any(name in self._queues for name in payload.split(","))
 
-    async def run(self) -> None:
-        """Listen until cancelled, reconnecting with backoff when the connection drops."""
-        from psycopg import sql
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Listen on ``conn`` for as long as it lives."""
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        # Listening again is the success that ends a run of failures: this round itself
+        # lasts as long as the connection, so the runtime never sees it end.
+        self.backoff.reset()
+        self.listening.set()
+        self._wake()  # anything that became ready while we were not listening
+        async for notify in conn.notifies():
+            if self._relevant(notify.payload):
+                self._wake()
 
-        while True:
-            conn = None
-            try:
-                conn = await self._connect()
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                self._backoff.reset()
-                self.listening.set()
-                self._wake()  # anything that became ready while we were not listening
-                async for notify in conn.notifies():
-                    if self._relevant(notify.payload):
-                        self._wake()
-            except Exception as exc:
-                self.listening.clear()
-                if not is_retryable(exc):
-                    raise
-                delay = self._backoff.next_delay()
-                logger.warning("Listen connection lost (%s); reconnecting in %.2f s.",
-                               str(exc).strip().splitlines()[0] if str(exc).strip()
-                               else type(exc).__name__, delay)
-                await asyncio.sleep(delay)
-            finally:
-                if conn is not None:
-                    await conn.close()
+    def failed(self, error: str, delay: float) -> str:
+        self.listening.clear()
+        return super().failed(error, delay)

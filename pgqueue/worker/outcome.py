@@ -1,14 +1,16 @@
-"""Values passed between the worker's services: a claimed job, and what became of it.
+"""What became of a claimed job: the value the executor returns and the completer writes.
 
-The executor turns a :class:`ClaimedJob` into an :class:`Outcome`; only the completer
-writes outcomes to the database. Both are plain frozen values, easy to test alone.
+The executor turns a :class:`~pgqueue.db.queries.ClaimedJob` (a row of the claim) into
+an :class:`Outcome`; only the completer writes outcomes to the database. Both are plain
+frozen values, easy to test alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
+
+from pgqueue.db.queries import ClaimedJob
 
 OutcomeKind = Literal[
     "succeeded",  # finished: result stored, kept until result_ttl
@@ -20,33 +22,6 @@ OutcomeKind = Literal[
     "progress",  # ctx.set_progress(): meta only, the job keeps running
     "dead",  # attempts exhausted, Discard(), unknown task: moved to dead_jobs
 ]
-
-
-@dataclass(frozen=True)
-class ClaimedJob:
-    """A job this worker claimed: the row fields the executor needs."""
-
-    id: int
-    queue: str
-    task: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    priority: int
-    attempt: int
-    max_attempts: int
-    timeout: float | None
-    meta: dict[str, Any]
-    run_at: datetime
-    created_at: datetime
-    token: int  # this claim's lease_token: the fence of every outcome it records
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...], token: int) -> ClaimedJob:
-        """From a claim_jobs_* row (column order of its RETURNING list) and its token."""
-        (job_id, queue, task, args, kwargs, priority, attempt, max_attempts, timeout,
-         meta, run_at, created_at) = row
-        return cls(job_id, queue, task, args, kwargs, priority, attempt, max_attempts,
-                   timeout, meta, run_at, created_at, token)
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,10 @@ from typing import Any
 
 import psycopg
 
-from pgqueue.db.queries import Queries
-from pgqueue.worker.backoff import Backoff, is_retryable
-from pgqueue.worker.outcome import ClaimedJob
+from pgqueue.db.queries import ClaimedJob, Queries, Query
+from pgqueue.worker.backoff import Backoff
+from pgqueue.worker.connections import Connect
+from pgqueue.worker.service import Service
 
 logger = logging.getLogger("pgqueue.worker")
 
@@ -44,13 +45,16 @@ MAX_CLAIM = 100
 ClaimKey = tuple[int, datetime, int]
 
 
-class Producer:
+class Producer(Service):
     """Claims jobs for free slots and hands them to ``start``."""
+
+    name = "producer"
+    failure = "Claiming jobs failed ({error}); reconnecting in {delay:.2f} s."
 
     def __init__(
         self,
         *,
-        connect: Callable[[], Any],
+        connect: Connect,
         queries: Queries,
         worker_id: str,
         queues: list[str],
@@ -59,13 +63,19 @@ class Producer:
         free_slots: Callable[[], int],
         start: Callable[[ClaimedJob], None],
         healthy: Callable[[], bool],
+        burst: bool = False,
+        is_idle: Callable[[], bool] = lambda: True,
     ) -> None:
-        self._connect = connect
+        super().__init__(connect=connect, backoff=Backoff())
         self._queries = queries
         self._queues = queues
-        variant = "claim_jobs_in_queues" if queues else "claim_jobs_any_queue"
-        self._claim_from_head = queries[variant]
-        self._claim_after = queries[variant + "_after"]
+        # Each variant is its own statement, with its own plan (see queries._claim).
+        if queues:
+            self._claim_from_head = queries.claim_jobs_in_queues
+            self._claim_after = queries.claim_jobs_in_queues_after
+        else:
+            self._claim_from_head = queries.claim_jobs_any_queue
+            self._claim_after = queries.claim_jobs_any_queue_after
         # The last job claimed, in claim order, while no wake-up happened since; the next
         # claim resumes behind it. None: claim from the head of the claim index.
         self._resume_after: ClaimKey | None = None
@@ -75,18 +85,22 @@ class Producer:
         }
         self.poll_interval = poll_interval
         self._free_slots = free_slots
-        self._start = start
+        self._start_job = start
         self._healthy = healthy
+        self._burst = burst
+        self._is_idle = is_idle
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._backoff = Backoff()
-        self.claimed = 0
+        # Set while the producer sleeps with nothing to claim, until the next wake-up,
+        # the next scheduled job or the poll interval: what tests wait for before they
+        # check that a NOTIFY (and nothing else) wakes it.
+        self.sleeping = asyncio.Event()
 
     def wake(self) -> None:
         """Something may be ready (NOTIFY, timer, reconnect): claim soon, from the head."""
         self._wakes += 1
         self._resume_after = None  # what woke us may sit behind the cursor
+        self.sleeping.clear()
         self._wake.set()
 
     def slot_freed(self) -> None:
@@ -120,28 +134,23 @@ class Producer:
             self._resume_after = _last_in_claim_order(jobs)
         else:
             self._resume_after = None
-        self.claimed += len(jobs)
         return jobs
 
-    async def _claim(self, query: bytes, limit: int, extra: dict[str, Any]) -> list[ClaimedJob]:
-        if self._conn is None or self._conn.closed:
-            self._conn = await self._connect()
+    async def _claim(
+        self, query: Query[ClaimedJob], limit: int, extra: dict[str, Any]
+    ) -> list[ClaimedJob]:
+        conn = await self.connection()
         token = secrets.randbits(63)  # fences every outcome of this claim (lease_token)
-        cursor = await self._conn.execute(
-            query, self._claim_params | extra | {"limit": limit, "token": token}, prepare=True,
+        return await query.all(
+            conn, self._claim_params | extra | {"limit": limit, "token": token}, prepare=True,
         )
-        return [ClaimedJob.from_row(row, token) for row in await cursor.fetchall()]
 
-    async def _seconds_until_next_job(self) -> float:
+    async def _seconds_until_next_job(self, conn: psycopg.AsyncConnection[Any]) -> float:
         """How long until the next scheduled job is due (capped by the poll interval)."""
-        assert self._conn is not None
-        cursor = await self._conn.execute(self._queries["next_run_at"], {"queues": self._queues},
-                                          prepare=True)
-        row = await cursor.fetchone()
-        if row is None or row[0] is None:
+        row = await self._queries.next_run_at.one(conn, {"queues": self._queues}, prepare=True)
+        if row.next_run_at is None:
             return self.poll_interval
-        next_run_at: datetime = row[0]
-        due_in = (next_run_at - datetime.now(UTC)).total_seconds()
+        due_in = (row.next_run_at - datetime.now(UTC)).total_seconds()
         return max(0.0, min(self.poll_interval, due_in + 0.001))
 
     async def _wait_for_slot(self) -> None:
@@ -155,30 +164,34 @@ class Producer:
     async def _sleep_until_woken(self, timeout: float) -> None:
         if timeout <= 0:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        self.sleeping.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+        finally:
+            self.sleeping.clear()
 
-    async def run(self, *, burst: bool = False, is_idle: Callable[[], bool] = lambda: True) -> None:
-        """Claim until cancelled; with ``burst``, return once nothing is ready or running."""
-        while True:
-            if not await self._can_claim():
-                continue
-            limit = min(self._free_slots(), MAX_CLAIM)
-            self._wake.clear()
-            jobs = await self._claim_or_back_off(limit)
-            if jobs is None:
-                continue
-            for job in jobs:
-                self._start(job)
-            if len(jobs) == limit:
-                continue  # a full claim: more may be ready right now
-            if burst:
-                if not jobs and is_idle():
-                    return
-                if not jobs:
-                    await self._wait_burst()
-                continue
-            await self._idle()
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """One claim for the free slots; then, unless it was full, wait for more work.
+
+        With ``burst``, the service finishes once nothing is ready or running.
+        """
+        if not await self._can_claim():
+            return
+        limit = min(self._free_slots(), MAX_CLAIM)
+        self._wake.clear()
+        jobs = await self.claim(limit)
+        for job in jobs:
+            self._start_job(job)
+        if len(jobs) == limit:
+            return  # a full claim: more may be ready right now
+        if self._burst:
+            if not jobs and self._is_idle():
+                self.finished = True
+            elif not jobs:
+                await self._wait_burst()
+            return
+        await self._idle(conn)
 
     async def _can_claim(self) -> bool:
         """False (after waiting a little) while no slot is free or heartbeats fail."""
@@ -190,26 +203,9 @@ class Producer:
             return False
         return True
 
-    async def _claim_or_back_off(self, limit: int) -> list[ClaimedJob] | None:
-        try:
-            jobs = await self.claim(limit)
-        except Exception as exc:
-            if not is_retryable(exc):
-                raise
-            await self._reconnect_later(exc)
-            return None
-        self._backoff.reset()
-        return jobs
-
-    async def _idle(self) -> None:
+    async def _idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Sleep until a NOTIFY, the next scheduled job, or the poll interval."""
-        try:
-            timeout = await self._seconds_until_next_job()
-        except Exception as exc:
-            if not is_retryable(exc):
-                raise
-            await self._reconnect_later(exc)
-            return
+        timeout = await self._seconds_until_next_job(conn)
         started = time.monotonic()
         await self._sleep_until_woken(timeout)
         logger.debug("Producer woke after %.3f s.", time.monotonic() - started)
@@ -219,22 +215,6 @@ class Producer:
         self._slot_freed.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._slot_freed.wait(), 0.05)
-
-    async def _reconnect_later(self, exc: BaseException) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
-        delay = self._backoff.next_delay()
-        logger.warning("Claiming jobs failed (%s); reconnecting in %.2f s.",
-                       str(exc).strip().splitlines()[0] if str(exc).strip()
-                       else type(exc).__name__, delay)
-        await asyncio.sleep(delay)
-
-    async def close(self) -> None:
-        """Close the claim connection."""
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
 
 
 def _last_in_claim_order(jobs: list[ClaimedJob]) -> ClaimKey:

@@ -17,6 +17,8 @@ directories removed, namespaces and links deleted.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import os
 import re
 import secrets
@@ -137,8 +139,10 @@ class WorkerProcess:
     def wait_for_log(self, pattern: str, *, timeout: float = 20.0) -> re.Match[str]:
         """The first match of regular expression ``pattern`` in the log, once it appears."""
         regex = re.compile(pattern)
-        return wait_until(lambda: regex.search(self.log()), timeout=timeout,
-                          interval=0.1, message=f"{self.name} logging /{pattern}/")
+        match = wait_until(lambda: regex.search(self.log()), timeout=timeout,
+                           interval=0.1, message=f"{self.name} logging /{pattern}/")
+        assert match is not None  # wait_until returns only a truthy value
+        return match
 
     def worker_id(self, dsn: str, *, timeout: float = 20.0) -> str:
         """This process's ``pgqueue.workers.id`` (waits for it to register)."""
@@ -388,7 +392,7 @@ class NetworkLab:
     def create(self) -> NetworkLab:
         for ns in (self.db_ns, self.worker_ns):
             _ip("netns", "add", ns)
-            self._created.append(lambda ns=ns: _ip("netns", "del", ns, check=False))
+            self._created.append(functools.partial(_ip, "netns", "del", ns, check=False))
             _ip("-n", ns, "link", "set", "lo", "up")
         # Created directly inside the namespaces: nothing touches the host's own links.
         _ip("-n", self.db_ns, "link", "add", self.db_link, "address", self.db_mac,
@@ -441,8 +445,8 @@ def chaos_app(dsn: str) -> Iterator[Any]:
     """``apps/chaos_tasks`` with its Queue pointed at ``dsn``, for enqueueing from a test."""
     if str(APPS) not in sys.path:
         sys.path.insert(0, str(APPS))
-    import chaos_tasks
-
+    # Imported by the name the workers' -A uses (apps/ is on their path, not a package).
+    chaos_tasks: Any = importlib.import_module("chaos_tasks")
     chaos_tasks.q.configure(dsn=dsn)
     try:
         yield chaos_tasks

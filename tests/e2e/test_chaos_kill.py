@@ -8,6 +8,7 @@ SIGKILL twice (and replaced each time). Every task records each execution in
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from typing import Any
@@ -22,6 +23,10 @@ CONCURRENCY = 8
 
 def _count(dsn: str, status: str) -> int:
     return int(scalar(dsn, "SELECT count(*) FROM pgqueue.jobs WHERE status = %s", (status,)))
+
+
+def _succeeded_at_least(dsn: str, count: int) -> bool:
+    return _count(dsn, "succeeded") >= count
 
 
 def _kill(dsn: str, worker: WorkerProcess) -> tuple[str, set[int], float]:
@@ -65,7 +70,7 @@ def test_sigkill_twice_loses_no_job_and_duplicates_only_killed_ones(
     in_killed_worker: set[int] = set()
     rescue_seconds: list[float] = []
     for threshold in (JOBS // 3, 2 * JOBS // 3):
-        wait_until(lambda threshold=threshold: _count(dsn, "succeeded") >= threshold,
+        wait_until(functools.partial(_succeeded_at_least, dsn, threshold),
                    timeout=40, message=f"{threshold} jobs succeeded")
         worker_id, held, seconds = _kill(dsn, victim)
         killed_pids.add(victim.pid)

@@ -17,7 +17,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgqueue import Queue
-from pgqueue.worker.runner import Worker, WorkerSettings
+from pgqueue.worker import Worker, WorkerSettings
 from tests._polling import async_wait_until
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "background_worker",
     "row",
     "run_burst",
+    "until_sleeping",
     "worker_settings",
 ]
 
@@ -55,7 +56,7 @@ async def background_worker(queue: Queue, **settings: Any) -> AsyncIterator[Work
     task = asyncio.create_task(worker.run(), name="test-worker")
     # Registered (first heartbeat done) and listening for NOTIFY before the test goes on.
     await async_wait_until(
-        lambda: task.done() or worker.listener.listening.is_set(), timeout=15,
+        lambda: task.done() or worker.ready.is_set(), timeout=15,
         message="the worker to start listening",
     )
     if task.done():
@@ -66,6 +67,15 @@ async def background_worker(queue: Queue, **settings: Any) -> AsyncIterator[Work
         worker.request_stop()
         status = await asyncio.wait_for(task, 60)
         assert status == 0
+
+
+async def until_sleeping(worker: Worker) -> None:
+    """Wait until ``worker`` has nothing to claim and sleeps until something wakes it.
+
+    After this, a job starts only if a wake-up (a NOTIFY) reaches the worker or its poll
+    interval passes: what a test of wake-ups needs before it enqueues.
+    """
+    await asyncio.wait_for(worker.sleeping.wait(), 15)
 
 
 def _select(schema: str, table: str) -> sql.Composed:

@@ -1,7 +1,9 @@
 """Fixtures shared by the integration tests: a Queue on this test's fresh database.
 
-A test file that needs a different Queue (another schema, tasks registered up front, an
-async-only set-up under the name ``q``) defines its own fixture, which takes precedence.
+``q`` is for sync tests, ``aq`` for async ones (its pools close on the test's loop);
+both use the ``schema`` fixture, so a file that overrides ``schema`` gets Queues in that
+schema. A file that needs another Queue (tasks registered up front) defines its own
+fixture, which takes precedence.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from pgqueue import Queue
 
 
 @pytest.fixture
-def q(dsn: str) -> Iterator[Queue]:
+def q(dsn: str, schema: str) -> Iterator[Queue]:
     """A Queue for sync code; its pool is closed after the test."""
-    queue = Queue(dsn=dsn)
+    queue = Queue(dsn=dsn, schema=schema)
     try:
         yield queue
     finally:
@@ -24,9 +26,9 @@ def q(dsn: str) -> Iterator[Queue]:
 
 
 @pytest.fixture
-async def aq(dsn: str) -> AsyncIterator[Queue]:
+async def aq(dsn: str, schema: str) -> AsyncIterator[Queue]:
     """A Queue for async code; its pools are closed on the test's event loop."""
-    queue = Queue(dsn=dsn)
+    queue = Queue(dsn=dsn, schema=schema)
     try:
         yield queue
     finally:

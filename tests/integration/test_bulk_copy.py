@@ -121,6 +121,7 @@ def test_copy_writes_the_rows_the_insert_path_writes(
         if "run_at" in options:
             assert mine.run_at == theirs.run_at == options["run_at"]
         else:
+            assert mine.run_at and mine.created_at and theirs.run_at and theirs.created_at
             assert mine.run_at - mine.created_at == theirs.run_at - theirs.created_at
 
 
@@ -133,7 +134,8 @@ def test_ids_follow_the_input_order(q: Queue, dsn: str, steps: StepLog) -> None:
     assert steps.copied()
     assert jobs.ids == sorted(jobs.ids)
     with psycopg.connect(dsn) as conn:
-        by_id = dict(conn.execute("SELECT id, (args->>0)::int FROM pgqueue.jobs").fetchall())
+        by_id: dict[int, int] = dict(
+            conn.execute("SELECT id, (args->>0)::int FROM pgqueue.jobs").fetchall())
     assert [by_id[job_id] for job_id in jobs.ids] == numbers
 
 
@@ -173,7 +175,8 @@ def test_ids_stay_right_when_another_session_draws_ids_during_the_copy(
     assert others[0] < min(jobs.ids)  # drawn after the COPY's first id, before its rows
     assert not set(others) & set(jobs.ids)
     with psycopg.connect(dsn) as conn:
-        by_id = dict(conn.execute("SELECT id, (args->>0)::int FROM pgqueue.jobs").fetchall())
+        by_id: dict[int, int] = dict(
+            conn.execute("SELECT id, (args->>0)::int FROM pgqueue.jobs").fetchall())
     assert [by_id[job_id] for job_id in jobs.ids] == numbers
     assert len(by_id) == N + 2
 

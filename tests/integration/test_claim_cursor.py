@@ -11,15 +11,14 @@ behind the cursor are still claimed, and that every job is claimed exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import psycopg
-import pytest
 
-from pgqueue.db.queries import for_schema
-from pgqueue.worker.outcome import ClaimedJob
+from pgqueue.db.queries import ClaimedJob, for_schema
 from pgqueue.worker.producer import Producer
 
 QUERIES = for_schema("pgqueue")
@@ -36,18 +35,9 @@ def _producer(dsn: str, queues: list[str] | None = None) -> Producer:
     )
 
 
-@pytest.fixture
-async def db(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-async def _insert(db: psycopg.AsyncConnection[Any], count: int, *, priority: int = 0,
+async def _insert(aconn: psycopg.AsyncConnection[Any], count: int, *, priority: int = 0,
                   queue: str = "default", run_at: str = "now()") -> list[int]:
-    cursor = await db.execute(
+    cursor = await aconn.execute(
         f"INSERT INTO pgqueue.jobs (queue, task, args, priority, run_at) "
         f"SELECT %s, 't', jsonb_build_array(g), %s, {run_at} FROM generate_series(1, %s) g "
         f"RETURNING id".encode(),
@@ -61,9 +51,9 @@ def _ids(jobs: list[ClaimedJob]) -> list[int]:
 
 
 async def test_full_claims_resume_behind_the_last_job_in_claim_order(
-    dsn: str, db: psycopg.AsyncConnection[Any]
+    dsn: str, aconn: psycopg.AsyncConnection[Any]
 ) -> None:
-    ids = await _insert(db, 20)
+    ids = await _insert(aconn, 20)
     producer = _producer(dsn)
     try:
         first = await producer.claim(8)
@@ -83,14 +73,14 @@ async def test_full_claims_resume_behind_the_last_job_in_claim_order(
 
 
 async def test_a_wake_up_sends_the_next_claim_to_the_head_for_a_higher_priority_job(
-    dsn: str, db: psycopg.AsyncConnection[Any]
+    dsn: str, aconn: psycopg.AsyncConnection[Any]
 ) -> None:
-    ids = await _insert(db, 30)
+    ids = await _insert(aconn, 30)
     producer = _producer(dsn)
     try:
         await producer.claim(8)
         assert producer._resume_after is not None
-        (urgent,) = await _insert(db, 1, priority=5)  # its NOTIFY wakes a real worker
+        (urgent,) = await _insert(aconn, 1, priority=5)  # its NOTIFY wakes a real worker
         producer.wake()
         assert producer._resume_after is None
         claimed = await producer.claim(8)
@@ -101,16 +91,16 @@ async def test_a_wake_up_sends_the_next_claim_to_the_head_for_a_higher_priority_
 
 
 async def test_a_job_behind_the_cursor_is_claimed_once_the_resumed_claim_runs_short(
-    dsn: str, db: psycopg.AsyncConnection[Any]
+    dsn: str, aconn: psycopg.AsyncConnection[Any]
 ) -> None:
     """No wake-up at all (a lost NOTIFY, or an UPDATE by hand): the job behind the cursor
     still runs, as soon as the region behind the cursor no longer fills a claim."""
-    ids = await _insert(db, 12)
+    ids = await _insert(aconn, 12)
     producer = _producer(dsn)
     try:
         await producer.claim(8)
-        (behind,) = await _insert(db, 1, run_at="now() - interval '1 hour'")
-        (higher,) = await _insert(db, 1, priority=3)
+        (behind,) = await _insert(aconn, 1, run_at="now() - interval '1 hour'")
+        (higher,) = await _insert(aconn, 1, priority=3)
         claimed = await producer.claim(8)
         # The resumed claim found the last 4 of the batch; the head claim topped it up
         # with the two jobs that sit ahead of them in claim order.
@@ -120,11 +110,11 @@ async def test_a_job_behind_the_cursor_is_claimed_once_the_resumed_claim_runs_sh
 
 
 async def test_queue_filters_and_lower_priorities_are_reached_through_the_head(
-    dsn: str, db: psycopg.AsyncConnection[Any]
+    dsn: str, aconn: psycopg.AsyncConnection[Any]
 ) -> None:
-    high = await _insert(db, 8, priority=2, queue="mail")
-    other_queue = await _insert(db, 8, priority=2, queue="reports")
-    low = await _insert(db, 8, priority=0, queue="mail")
+    high = await _insert(aconn, 8, priority=2, queue="mail")
+    other_queue = await _insert(aconn, 8, priority=2, queue="reports")
+    low = await _insert(aconn, 8, priority=0, queue="mail")
     producer = _producer(dsn, queues=["mail"])
     try:
         assert _ids(await producer.claim(8)) == high
@@ -133,20 +123,40 @@ async def test_queue_filters_and_lower_priorities_are_reached_through_the_head(
         # the head claim continues with priority 0.
         assert _ids(await producer.claim(8)) == low
         assert await producer.claim(8) == []
-        rows = await (await db.execute(
+        rows = await (await aconn.execute(
             "SELECT count(*) FROM pgqueue.jobs WHERE status = 'queued'")).fetchone()
         assert rows is not None and rows[0] == len(other_queue)
     finally:
         await producer.close()
 
 
-class _OneClaimedRow:
-    """What a fake connection's claim returns: job 7, as claim_jobs_* would list it."""
+# Job 7 as a claim lists it: the one row every fake claim below returns.
+_JOB_SEVEN: tuple[Any, ...] = (7, "default", "t", [], {}, 0, 1, 3, None, {},
+              datetime.fromisoformat("2026-01-01T00:00:00+00:00"),
+              datetime.fromisoformat("2026-01-01T00:00:00+00:00"), 1)
 
-    async def fetchall(self) -> list[tuple[Any, ...]]:
-        return [(7, "default", "t", [], {}, 0, 1, 3, None, {},
-                 datetime.fromisoformat("2026-01-01T00:00:00+00:00"),
-                 datetime.fromisoformat("2026-01-01T00:00:00+00:00"))]
+
+class _FakeConnection:
+    """Just enough of an AsyncConnection for a claim (``Query.all``): each statement
+    goes to :meth:`on_execute`, and job 7 comes back through the real row factory."""
+
+    closed = False
+
+    async def on_execute(self, query: bytes) -> None:
+        raise NotImplementedError
+
+    @contextlib.asynccontextmanager
+    async def cursor(self, *, row_factory: Any) -> AsyncIterator[Any]:
+        connection = self
+
+        class Cursor:
+            async def execute(self, query: bytes, params: Any, **_: Any) -> None:
+                await connection.on_execute(query)
+
+            async def fetchall(self) -> list[Any]:
+                return [row_factory(self)(_JOB_SEVEN)]
+
+        yield Cursor()
 
 
 async def test_a_wake_up_during_a_claim_leaves_no_cursor(dsn: str) -> None:
@@ -154,13 +164,10 @@ async def test_a_wake_up_during_a_claim_leaves_no_cursor(dsn: str) -> None:
     could not see; a cursor set from that claim could hide the job behind it."""
     producer = _producer(dsn)
 
-    class WakingConnection:
-        closed = False
-
-        async def execute(self, query: bytes, params: dict[str, Any], **_: Any) -> _OneClaimedRow:
+    class WakingConnection(_FakeConnection):
+        async def on_execute(self, query: bytes) -> None:
             await asyncio.sleep(0)
             producer.wake()  # the listener, while the claim's round trip is in flight
-            return _OneClaimedRow()
 
     producer._conn = WakingConnection()  # type: ignore[assignment]
     claimed = await producer.claim(1)
@@ -176,29 +183,26 @@ async def test_jobs_of_a_resumed_claim_are_kept_when_the_top_up_claim_fails(dsn:
     producer._resume_after = (0, datetime.fromisoformat("2026-01-01T00:00:00+00:00"), 1)
     executed: list[bytes] = []
 
-    class FailingSecondTime:
-        closed = False
-
-        async def execute(self, query: bytes, params: dict[str, Any], **_: Any) -> _OneClaimedRow:
+    class FailingSecondTime(_FakeConnection):
+        async def on_execute(self, query: bytes) -> None:
             executed.append(query)
             if len(executed) == 2:
                 raise psycopg.OperationalError("server closed the connection unexpectedly")
-            return _OneClaimedRow()
 
     producer._conn = FailingSecondTime()  # type: ignore[assignment]
     claimed = await producer.claim(8)
-    assert executed == [QUERIES["claim_jobs_any_queue_after"], QUERIES["claim_jobs_any_queue"]]
+    assert executed == [QUERIES.claim_jobs_any_queue_after.sql, QUERIES.claim_jobs_any_queue.sql]
     assert [job.id for job in claimed] == [7]
     assert producer._resume_after is None
     producer._conn = None
 
 
 async def test_every_job_is_claimed_exactly_once_by_competing_producers(
-    dsn: str, db: psycopg.AsyncConnection[Any]
+    dsn: str, aconn: psycopg.AsyncConnection[Any]
 ) -> None:
     """Three producers with their own cursors drain a queue while jobs of several
     priorities keep arriving, some behind their cursors; no job is lost or taken twice."""
-    expected = set(await _insert(db, 300))
+    expected = set(await _insert(aconn, 300))
     producers = [_producer(dsn) for _ in range(3)]
     claimed: list[int] = []
 
@@ -214,7 +218,7 @@ async def test_every_job_is_claimed_exactly_once_by_competing_producers(
         for round_number in range(20):
             priority = round_number % 3
             run_at = "now() - interval '1 day'" if round_number % 4 == 0 else "now()"
-            expected.update(await _insert(db, 10, priority=priority, run_at=run_at))
+            expected.update(await _insert(aconn, 10, priority=priority, run_at=run_at))
             if round_number % 5 == 0:
                 producers[round_number % 3].wake()
             await asyncio.sleep(0.002)

@@ -18,7 +18,6 @@ the same for every test of the module.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,8 +26,9 @@ import pytest
 from psycopg import sql
 
 from pgqueue.db.queries import for_schema
-from pgqueue.worker.completer import CONNECTION_OPTIONS as COMPLETER_OPTIONS
+from pgqueue.worker.connections import COMPLETIONS
 from tests._database import DatabaseFactory, DatabaseServer, TemplateCache
+from tests._prepared import as_prepared
 
 ROWS = 1_000_000
 QUERIES = for_schema("pgqueue")
@@ -99,22 +99,9 @@ def _explain(dsn: str, query: bytes, params: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _as_prepared(query: bytes) -> tuple[bytes, list[str]]:
-    """psycopg's ``%(name)s`` placeholders as ``$n`` for a server-side ``PREPARE``."""
-    names: list[str] = []
-
-    def number(match: re.Match[bytes]) -> bytes:
-        name = match.group(1).decode()
-        if name not in names:
-            names.append(name)
-        return b"$%d" % (names.index(name) + 1)
-
-    return re.sub(rb"%\((\w+)\)s", number, query).replace(b"%%", b"%"), names
-
-
 def _explain_generic(dsn: str, query: bytes, params: dict[str, Any]) -> dict[str, Any]:
     """The generic plan PostgreSQL would cache for ``query`` once it is prepared."""
-    text, names = _as_prepared(query)
+    text, names = as_prepared(query)
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor) as conn:
         try:
             conn.execute(b"PREPARE plan_under_test AS " + text)
@@ -185,18 +172,19 @@ def test_the_table_looks_like_a_busy_queue(big_queue: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "params"),
+    ("query", "params"),
     [
-        ("claim_jobs_any_queue", CLAIM_PARAMS),
-        ("claim_jobs_in_queues", {**CLAIM_PARAMS, "queues": ["email"]}),
-        ("claim_jobs_in_queues", {**CLAIM_PARAMS, "queues": ["reports", "no-such-queue"]}),
+        (QUERIES.claim_jobs_any_queue.sql, CLAIM_PARAMS),
+        (QUERIES.claim_jobs_in_queues.sql, {**CLAIM_PARAMS, "queues": ["email"]}),
+        (QUERIES.claim_jobs_in_queues.sql,
+         {**CLAIM_PARAMS, "queues": ["reports", "no-such-queue"]}),
     ],
     ids=["any-queue", "one-queue", "two-queues"],
 )
 def test_claim_reads_only_queued_rows_through_the_claim_index(
-    big_queue: str, name: str, params: dict[str, Any]
+    big_queue: str, query: bytes, params: dict[str, Any]
 ) -> None:
-    plan = _explain(big_queue, QUERIES[name], params)
+    plan = _explain(big_queue, query, params)
     (scan,) = _assert_uses_index(plan, "jobs_claim_idx")
     described = _describe(plan)
     # The claim really claimed, and its index scan stopped after the few rows it needed
@@ -208,17 +196,17 @@ def test_claim_reads_only_queued_rows_through_the_claim_index(
 
 
 @pytest.mark.parametrize(
-    ("name", "params"),
+    ("query", "params"),
     [
-        ("claim_jobs_any_queue", CLAIM_PARAMS),
-        ("claim_jobs_in_queues", {**CLAIM_PARAMS, "queues": ["email"]}),
+        (QUERIES.claim_jobs_any_queue.sql, CLAIM_PARAMS),
+        (QUERIES.claim_jobs_in_queues.sql, {**CLAIM_PARAMS, "queues": ["email"]}),
     ],
     ids=["any-queue", "in-queues"],
 )
 def test_claim_keeps_the_claim_index_as_a_generic_prepared_plan(
-    big_queue: str, name: str, params: dict[str, Any]
+    big_queue: str, query: bytes, params: dict[str, Any]
 ) -> None:
-    _assert_uses_index(_explain_generic(big_queue, QUERIES[name], params), "jobs_claim_idx")
+    _assert_uses_index(_explain_generic(big_queue, query, params), "jobs_claim_idx")
 
 
 def _cursor_in_the_middle(dsn: str, queue: str | None) -> dict[str, Any]:
@@ -236,17 +224,18 @@ def _cursor_in_the_middle(dsn: str, queue: str | None) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("name", "queues"),
-    [("claim_jobs_any_queue_after", None), ("claim_jobs_in_queues_after", ["email"])],
+    ("query", "queues"),
+    [(QUERIES.claim_jobs_any_queue_after.sql, None),
+     (QUERIES.claim_jobs_in_queues_after.sql, ["email"])],
     ids=["any-queue", "in-queues"],
 )
 def test_a_resumed_claim_starts_behind_its_cursor_inside_the_claim_index(
-    big_queue: str, name: str, queues: list[str] | None
+    big_queue: str, query: bytes, queues: list[str] | None
 ) -> None:
     params = CLAIM_PARAMS | _cursor_in_the_middle(big_queue, queues[0] if queues else None)
     if queues:
         params["queues"] = queues
-    plan = _explain(big_queue, QUERIES[name], params)
+    plan = _explain(big_queue, query, params)
     (scan,) = _assert_uses_index(plan, "jobs_claim_idx")
     described = _describe(plan)
     # The cursor is a bound of the index scan, not a filter applied to every entry.
@@ -254,20 +243,20 @@ def test_a_resumed_claim_starts_behind_its_cursor_inside_the_claim_index(
     assert "priority =" in scan["Index Cond"], described
     assert plan["Plan"]["Actual Rows"] == params["limit"], described
     assert scan.get("Rows Removed by Filter", 0) < 1000, described
-    generic = _explain_generic(big_queue, QUERIES[name], params)
+    generic = _explain_generic(big_queue, query, params)
     (generic_scan,) = _assert_uses_index(generic, "jobs_claim_idx")
     assert "ROW(run_at, id) >" in generic_scan["Index Cond"], _describe(generic)
 
 
 def test_rescuer_finds_expired_leases_through_the_lease_index(big_queue: str) -> None:
-    plan = _explain(big_queue, QUERIES["rescue_expired_jobs"], {"limit": 100})
+    plan = _explain(big_queue, QUERIES.rescue_expired_jobs.sql, {"limit": 100})
     _assert_uses_index(plan, "jobs_lease_idx")
-    generic = _explain_generic(big_queue, QUERIES["rescue_expired_jobs"], {"limit": 100})
+    generic = _explain_generic(big_queue, QUERIES.rescue_expired_jobs.sql, {"limit": 100})
     _assert_uses_index(generic, "jobs_lease_idx")
 
 
 def test_pruner_finds_finished_rows_through_the_finished_index(big_queue: str) -> None:
-    plan = _explain(big_queue, QUERIES["prune_finished_jobs"], {"limit": 100})
+    plan = _explain(big_queue, QUERIES.prune_finished_jobs, {"limit": 100})
     _assert_uses_index(plan, "jobs_expires_idx")
 
 
@@ -276,14 +265,14 @@ def test_idle_worker_finds_the_next_scheduled_job_through_the_scheduled_index(
     big_queue: str, queues: list[str]
 ) -> None:
     params = {"queues": queues}
-    plan = _explain(big_queue, QUERIES["next_run_at"], params)
+    plan = _explain(big_queue, QUERIES.next_run_at.sql, params)
     _assert_uses_index(plan, "jobs_scheduled_idx")
     assert plan["Plan"]["Shared Hit Blocks"] + plan["Plan"]["Shared Read Blocks"] < 100, \
         _describe(plan)
-    _assert_uses_index(_explain_generic(big_queue, QUERIES["next_run_at"], params),
+    _assert_uses_index(_explain_generic(big_queue, QUERIES.next_run_at.sql, params),
                        "jobs_scheduled_idx")
     with psycopg.connect(big_queue) as conn:
-        found = conn.execute(QUERIES["next_run_at"], params).fetchone()
+        found = conn.execute(QUERIES.next_run_at.sql, params).fetchone()
         expected = conn.execute(
             "SELECT min(run_at) FROM pgqueue.jobs WHERE status = 'queued' AND run_at > now()"
             " AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))",
@@ -322,7 +311,7 @@ def test_a_job_enqueued_to_run_now_enters_no_scheduled_index_entry(dsn: str) -> 
 # psycopg prepares it on its sixth batch). PostgreSQL may then cache a generic plan made
 # from those tiny statistics and keep it while the table grows: a sequential scan of
 # jobs for every batch. The completer's connection therefore plans with
-# enable_seqscan = off (COMPLETER_OPTIONS), which leaves the primary key as the only way
+# enable_seqscan = off (connections.COMPLETIONS), which leaves the primary key as the only way
 # to reach a row.
 COMPLETE_PARAMS: dict[str, Any] = {
     "ids": [1, 2], "tokens": [1, 1], "kinds": ["succeeded", "dead"], "results": ["1", None],
@@ -334,8 +323,8 @@ COMPLETE_PARAMS: dict[str, Any] = {
 def test_complete_jobs_generic_plan_made_on_an_empty_table_reaches_rows_by_primary_key(
     dsn: str, completer_settings: bool
 ) -> None:
-    text, names = _as_prepared(QUERIES["complete_jobs"])
-    options = COMPLETER_OPTIONS if completer_settings else ""
+    text, names = as_prepared(QUERIES.complete_jobs.sql)
+    options = COMPLETIONS.options() if completer_settings else ""
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor, options=options) as conn:
         conn.execute(b"PREPARE plan_under_test AS " + text)
         conn.execute("SET plan_cache_mode = force_generic_plan")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from pgqueue import Discard, JobContext, Queue
 from pgqueue.db.queries import for_schema
 from pgqueue.worker.maintenance import Maintenance
-from tests.integration._worker_helpers import arow, background_worker, run_burst
+from tests.integration._worker_helpers import arow, background_worker, run_burst, until_sleeping
 
 SCHEMA = "jobs_custom"
 
@@ -19,15 +18,6 @@ SCHEMA = "jobs_custom"
 @pytest.fixture
 def schema() -> str:
     return SCHEMA
-
-
-@pytest.fixture
-async def q(dsn: str) -> AsyncIterator[Queue]:
-    queue = Queue(dsn=dsn, schema=SCHEMA)
-    try:
-        yield queue
-    finally:
-        await queue.close_async()
 
 
 async def test_nothing_is_created_in_the_default_schema(dsn: str) -> None:
@@ -38,13 +28,13 @@ async def test_nothing_is_created_in_the_default_schema(dsn: str) -> None:
         assert await cursor.fetchall() == [(SCHEMA,)]
 
 
-async def test_enqueue_run_and_read_jobs(q: Queue, dsn: str) -> None:
-    @q.task(name="double")
+async def test_enqueue_run_and_read_jobs(aq: Queue, dsn: str) -> None:
+    @aq.task(name="double")
     async def double(x: int, ctx: JobContext) -> int:
         ctx.set_progress("half-way")
         return 2 * x
 
-    @q.task(name="doomed")
+    @aq.task(name="doomed")
     def doomed() -> None:
         raise Discard("never works")
 
@@ -52,7 +42,7 @@ async def test_enqueue_run_and_read_jobs(q: Queue, dsn: str) -> None:
     assert (await double.using(idempotency_key="k").enqueue_async(21)).id == job.id
     many = await double.enqueue_many_async([(1,), (2,)])
     dead = await doomed.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
 
     stored = await arow(dsn, job.id, schema=SCHEMA)
     assert stored is not None
@@ -62,36 +52,36 @@ async def test_enqueue_run_and_read_jobs(q: Queue, dsn: str) -> None:
     buried = await arow(dsn, dead.id, "dead_jobs", schema=SCHEMA)
     assert buried is not None
     assert "never works" in buried["error"]
-    found = await q.get_job_async(dead.id)
+    found = await aq.get_job_async(dead.id)
     assert found is not None
     assert found.status == "dead"
-    stats = {entry["queue"]: entry for entry in await asyncio.to_thread(q.stats)}
+    stats = {entry["queue"]: entry for entry in await asyncio.to_thread(aq.stats)}
     assert (stats["default"]["succeeded"], stats["default"]["dead"]) == (3, 1)
-    assert (await asyncio.to_thread(q.retry_dead_job, dead.id)).status == "queued"
+    assert (await asyncio.to_thread(aq.retry_dead_job, dead.id)).status == "queued"
 
 
-async def test_wake_ups_use_the_schema_channel(q: Queue, dsn: str) -> None:
+async def test_wake_ups_use_the_schema_channel(aq: Queue, dsn: str) -> None:
     ran = asyncio.Event()
 
-    @q.task(name="ping")
+    @aq.task(name="ping")
     async def ping() -> None:
         ran.set()
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
         await listener.execute(f'LISTEN "{SCHEMA}_jobs"'.encode())
-        async with background_worker(q, poll_interval=60) as worker:
-            await asyncio.sleep(0.2)
+        async with background_worker(aq, poll_interval=60) as worker:
+            await until_sleeping(worker)
             await ping.enqueue_async()
             await asyncio.wait_for(ran.wait(), 5)
-            rows = await asyncio.to_thread(q.workers)
+            rows = await asyncio.to_thread(aq.workers)
             assert [w["id"] for w in rows] == [worker.id]
         notify = await anext(aiter(listener.notifies(timeout=5, stop_after=1)))
         assert notify.channel == f"{SCHEMA}_jobs"
         assert notify.payload == "default"
-    assert await asyncio.to_thread(q.workers) == []
+    assert await asyncio.to_thread(aq.workers) == []
 
 
-async def test_rescue_and_prune_work_in_the_schema(q: Queue, dsn: str) -> None:
+async def test_rescue_and_prune_work_in_the_schema(aq: Queue, dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await conn.execute(
             f"INSERT INTO {SCHEMA}.jobs (task, status, attempts, worker_id, lease_expires_at) "
@@ -111,8 +101,7 @@ async def test_rescue_and_prune_work_in_the_schema(q: Queue, dsn: str) -> None:
             assert await service.rescue() == 1
             assert await service.prune() == 1
         finally:
-            if service._conn is not None:
-                await service._conn.close()
+            await service.close()
         cursor = await conn.execute(f"SELECT status, last_error FROM {SCHEMA}.jobs".encode())
         [(status, error)] = await cursor.fetchall()
     assert status == "queued"
@@ -120,14 +109,14 @@ async def test_rescue_and_prune_work_in_the_schema(q: Queue, dsn: str) -> None:
 
 
 async def test_bulk_enqueue_copies_into_the_custom_schema(
-    q: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch
+    aq: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """COPY, its sequence and its id lookup name the queue's schema, also when another
     session's job lands between the COPY's first id and its rows."""
     from pgqueue.db import plans
     from pgqueue.operations import COPY_MIN_JOBS
 
-    @q.task(name="t")
+    @aq.task(name="t")
     async def task(n: int) -> None: ...
 
     run_step = plans._run_step_async
@@ -149,6 +138,6 @@ async def test_bulk_enqueue_copies_into_the_custom_schema(
         cursor = await conn.execute(
             f"SELECT id, (args->>0)::int FROM {SCHEMA}.jobs ORDER BY id".encode()
         )
-        stored = dict(await cursor.fetchall())
+        stored: dict[int, int] = dict(await cursor.fetchall())
     assert len(stored) == COPY_MIN_JOBS + 1
     assert [stored[job_id] for job_id in jobs.ids] == list(range(COPY_MIN_JOBS))

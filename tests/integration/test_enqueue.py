@@ -199,7 +199,8 @@ def test_enqueue_many_returns_jobs_in_input_order(q: Queue, dsn: str) -> None:
     jobs = task.enqueue_many([(n,) for n in numbers])
     assert [job.args for job in jobs] == [[n] for n in numbers]
     with psycopg.connect(dsn) as conn:
-        stored = dict(conn.execute("SELECT id, args->>0 FROM pgqueue.jobs").fetchall())
+        stored: dict[int, str] = dict(
+            conn.execute("SELECT id, args->>0 FROM pgqueue.jobs").fetchall())
     assert [int(stored[job.id]) for job in jobs] == numbers
 
 

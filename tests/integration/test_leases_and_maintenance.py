@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from pgqueue import Job, JobContext, Queue
-from pgqueue.db.queries import for_schema
+from pgqueue.db.queries import ClaimedJob, HeldJob, RecordedOutcome, for_schema
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.maintenance import Maintenance
@@ -32,21 +32,6 @@ from tests.integration._worker_helpers import aexecute, arow, background_worker,
 QUERIES = for_schema("pgqueue")
 
 
-@pytest.fixture
-async def q(dsn: str) -> AsyncIterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        await queue.close_async()
-
-
-@pytest.fixture
-async def db(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        yield conn
-
-
 @asynccontextmanager
 async def maintenance(dsn: str) -> AsyncIterator[Maintenance]:
     """A Maintenance service whose connection is closed afterwards."""
@@ -54,8 +39,7 @@ async def maintenance(dsn: str) -> AsyncIterator[Maintenance]:
     try:
         yield service
     finally:
-        if service._conn is not None:
-            await service._conn.close()
+        await service.close()
 
 
 def connector(dsn: str) -> Any:
@@ -65,7 +49,7 @@ def connector(dsn: str) -> Any:
     return connect
 
 
-async def insert_job(db: psycopg.AsyncConnection[Any], **columns: Any) -> int:
+async def insert_job(aconn: psycopg.AsyncConnection[Any], **columns: Any) -> int:
     """Insert a job row directly (status, attempts, lease... as given)."""
     values = {"task": "t", "args": "[]"} | columns
     names = ", ".join(values)
@@ -73,7 +57,7 @@ async def insert_job(db: psycopg.AsyncConnection[Any], **columns: Any) -> int:
         f"{'now() + make_interval(secs => %s)' if name == 'lease_expires_at' else '%s'}"
         for name in values
     )
-    cursor = await db.execute(
+    cursor = await aconn.execute(
         f"INSERT INTO pgqueue.jobs ({names}) VALUES ({marks}) RETURNING id".encode(),
         list(values.values()),
     )
@@ -83,16 +67,17 @@ async def insert_job(db: psycopg.AsyncConnection[Any], **columns: Any) -> int:
 
 
 async def claim(
-    db: psycopg.AsyncConnection[Any], worker_id: str, token: int, limit: int = 10
-) -> list[Any]:
-    cursor = await db.execute(QUERIES["claim_jobs_any_queue"], {
+    aconn: psycopg.AsyncConnection[Any], worker_id: str, token: int, limit: int = 10
+) -> list[ClaimedJob]:
+    return await QUERIES.claim_jobs_any_queue.all(aconn, {
         "limit": limit, "worker_id": worker_id, "lease": 30.0, "token": token})
-    return await cursor.fetchall()
 
 
-async def complete(db: psycopg.AsyncConnection[Any], *outcomes: tuple[int, int, str]) -> list[Any]:
+async def complete(
+    aconn: psycopg.AsyncConnection[Any], *outcomes: tuple[int, int, str]
+) -> list[RecordedOutcome]:
     """Run complete_jobs for (id, lease token, kind) outcomes; return the rows it changed."""
-    cursor = await db.execute(QUERIES["complete_jobs"], {
+    return await QUERIES.complete_jobs.all(aconn, {
         "ids": [o[0] for o in outcomes],
         "tokens": [o[1] for o in outcomes],
         "kinds": [o[2] for o in outcomes],
@@ -101,7 +86,6 @@ async def complete(db: psycopg.AsyncConnection[Any], *outcomes: tuple[int, int, 
         "delays": [0.0 for _ in outcomes],
         "progress": [None for _ in outcomes],
     })
-    return await cursor.fetchall()
 
 
 # -- fencing ---------------------------------------------------------------------------------
@@ -110,20 +94,20 @@ async def complete(db: psycopg.AsyncConnection[Any], *outcomes: tuple[int, int, 
 @pytest.mark.parametrize("kind", ["succeeded", "retry", "snooze", "release", "cancelled",
                                   "progress", "dead"])
 async def test_completion_is_fenced_on_the_claims_lease_token(
-    db: psycopg.AsyncConnection[Any], dsn: str, kind: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str, kind: str
 ) -> None:
-    job_id = await insert_job(db)
-    [claimed] = await claim(db, "w1", token=1001)
-    assert claimed[0] == job_id
+    job_id = await insert_job(aconn)
+    [claimed] = await claim(aconn, "w1", token=1001)
+    assert (claimed.id, claimed.token) == (job_id, 1001)
     before = await arow(dsn, job_id)
     assert before is not None and before["lease_token"] == 1001
 
-    assert await complete(db, (job_id, 1000, kind)) == []  # another claim's token
-    assert await complete(db, (job_id + 1, 1001, kind)) == []  # another job
+    assert await complete(aconn, (job_id, 1000, kind)) == []  # another claim's token
+    assert await complete(aconn, (job_id + 1, 1001, kind)) == []  # another job
     assert await arow(dsn, job_id) == before
 
-    changed = await complete(db, (job_id, 1001, kind))
-    assert [(r[0], r[4]) for r in changed] == [(job_id, 1001)]
+    changed = await complete(aconn, (job_id, 1001, kind))
+    assert [(r.id, r.token) for r in changed] == [(job_id, 1001)]
     after = await arow(dsn, job_id)
     if kind == "dead":
         assert after is None  # moved to dead_jobs
@@ -134,60 +118,59 @@ async def test_completion_is_fenced_on_the_claims_lease_token(
 
 
 async def test_a_claim_lost_in_a_crash_cannot_complete_the_same_workers_next_claim(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
     """Claims commit asynchronously, so a PostgreSQL crash can undo one: the row is
     ``queued`` again with the attempt count it had before. The same worker may claim it
     again at the same attempt number; (id, attempts, worker_id) would then be equal for
     both claims, so only the token tells the pre-crash run's outcome from the new one."""
-    job_id = await insert_job(db)
-    [first] = await claim(db, "w1", token=7)
+    job_id = await insert_job(aconn)
+    [first] = await claim(aconn, "w1", token=7)
     # What crash recovery leaves when the claim's commit never reached disk:
-    await db.execute("UPDATE pgqueue.jobs SET status = 'queued', attempts = 0, worker_id = NULL, "
-                     "lease_token = NULL, lease_expires_at = NULL, started_at = NULL "
-                     "WHERE id = %s", (job_id,))
-    [second] = await claim(db, "w1", token=8)
-    assert (first[0], first[6]) == (second[0], second[6]) == (job_id, 1)  # same id, attempt
+    await aconn.execute("UPDATE pgqueue.jobs SET status = 'queued', attempts = 0, "
+                        "worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, "
+                        "started_at = NULL WHERE id = %s", (job_id,))
+    [second] = await claim(aconn, "w1", token=8)
+    assert (first.id, first.attempt) == (second.id, second.attempt) == (job_id, 1)
 
-    assert await complete(db, (job_id, 7, "succeeded")) == []
+    assert await complete(aconn, (job_id, 7, "succeeded")) == []
     stored = await arow(dsn, job_id)
     assert stored is not None
     assert (stored["status"], stored["lease_token"]) == ("running", 8)
-    assert len(await complete(db, (job_id, 8, "succeeded"))) == 1
+    assert len(await complete(aconn, (job_id, 8, "succeeded"))) == 1
 
 
 async def test_late_completion_after_rescue_and_reclaim_changes_nothing(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
-    job_id = await insert_job(db)
-    await claim(db, "w1", token=1)
-    await db.execute("UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second'")
+    job_id = await insert_job(aconn)
+    await claim(aconn, "w1", token=1)
+    await aconn.execute("UPDATE pgqueue.jobs SET lease_expires_at = now() - interval '1 second'")
     async with maintenance(dsn) as service:
         assert await service.rescue() == 1
     rescued = await arow(dsn, job_id)
     assert rescued is not None and rescued["lease_token"] is None
-    [reclaimed] = await claim(db, "w2", token=2)
-    assert reclaimed[0] == job_id
-    assert reclaimed[6] == 2  # attempts
+    [reclaimed] = await claim(aconn, "w2", token=2)
+    assert (reclaimed.id, reclaimed.attempt) == (job_id, 2)
 
-    assert await complete(db, (job_id, 1, "succeeded")) == []
+    assert await complete(aconn, (job_id, 1, "succeeded")) == []
     stored = await arow(dsn, job_id)
     assert stored is not None
     assert (stored["status"], stored["worker_id"], stored["attempts"]) == ("running", "w2", 2)
 
-    assert len(await complete(db, (job_id, 2, "succeeded"))) == 1
+    assert len(await complete(aconn, (job_id, 2, "succeeded"))) == 1
     stored = await arow(dsn, job_id)
     assert stored is not None
     assert (stored["status"], stored["result"]) == ("succeeded", "ok")
 
 
 async def test_completer_reports_refused_outcomes_and_records_the_rest(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
-    held = await insert_job(db)
-    other = await insert_job(db)
-    await claim(db, "w1", token=1, limit=1)
-    await claim(db, "w2", token=2, limit=1)
+    held = await insert_job(aconn)
+    other = await insert_job(aconn)
+    await claim(aconn, "w1", token=1, limit=1)
+    await claim(aconn, "w2", token=2, limit=1)
     recorded: list[tuple[int, str, bool]] = []
     completer = Completer(
         connect=connector(dsn), queries=QUERIES,
@@ -231,18 +214,18 @@ class FakeExecution:
 
 
 async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
-    kept = await insert_job(db, status="running", attempts=1, worker_id="w1",
+    kept = await insert_job(aconn, status="running", attempts=1, worker_id="w1",
                             lease_expires_at=2, lease_token=11)
-    cancelled = await insert_job(db, status="running", attempts=1, worker_id="w1",
+    cancelled = await insert_job(aconn, status="running", attempts=1, worker_id="w1",
                                  lease_expires_at=2, cancel_requested=True, lease_token=11)
-    stolen = await insert_job(db, status="running", attempts=2, worker_id="w2",
+    stolen = await insert_job(aconn, status="running", attempts=2, worker_id="w2",
                               lease_expires_at=2, lease_token=22)
-    finished = await insert_job(db, status="succeeded", attempts=1, worker_id="w1",
+    finished = await insert_job(aconn, status="succeeded", attempts=1, worker_id="w1",
                                 lease_token=11)
     # Ours again, but under a newer claim than the execution's (a lost claim, re-claimed).
-    reclaimed = await insert_job(db, status="running", attempts=1, worker_id="w1",
+    reclaimed = await insert_job(aconn, status="running", attempts=1, worker_id="w1",
                                  lease_expires_at=2, lease_token=12)
     executions = [FakeExecution(kept, 11), FakeExecution(cancelled, 11),
                   FakeExecution(stolen, 11), FakeExecution(finished, 11),
@@ -260,8 +243,7 @@ async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
     try:
         await heartbeat.beat()
     finally:
-        if heartbeat._conn is not None:
-            await heartbeat._conn.close()
+        await heartbeat.close()
     assert sorted(lost) == sorted([stolen, finished, reclaimed])
     assert cancel == [cancelled]
     leases = await aexecute(
@@ -280,18 +262,18 @@ async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
 
 
 async def test_heartbeat_query_returns_the_jobs_still_held(
-    db: psycopg.AsyncConnection[Any],
+    aconn: psycopg.AsyncConnection[Any],
 ) -> None:
-    mine = await insert_job(db, status="running", attempts=3, worker_id="w1", lease_expires_at=1,
+    mine = await insert_job(aconn, status="running", attempts=3, worker_id="w1", lease_expires_at=1,
                             lease_token=5)
-    await insert_job(db, status="running", attempts=1, worker_id="w9", lease_expires_at=1)
-    await insert_job(db, status="queued")
-    cursor = await db.execute(QUERIES["heartbeat"], {
+    await insert_job(aconn, status="running", attempts=1, worker_id="w9", lease_expires_at=1)
+    await insert_job(aconn, status="queued")
+    held = await QUERIES.heartbeat.all(aconn, {
         "worker_id": "w1", "hostname": "h", "pid": 1, "queues": ["a", "b"], "concurrency": 2,
         "lease": 30.0,
     })
-    assert await cursor.fetchall() == [(mine, 5, False)]
-    cursor = await db.execute("SELECT queues FROM pgqueue.workers WHERE id = 'w1'")
+    assert held == [HeldJob(id=mine, lease_token=5, cancel_requested=False)]
+    cursor = await aconn.execute("SELECT queues FROM pgqueue.workers WHERE id = 'w1'")
     assert await cursor.fetchone() == (["a", "b"],)
 
 
@@ -299,11 +281,11 @@ async def test_heartbeat_query_returns_the_jobs_still_held(
 
 
 async def test_rescue_requeues_expired_leases_as_a_failed_attempt(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
-    expired = await insert_job(db, status="running", attempts=1, max_attempts=3,
+    expired = await insert_job(aconn, status="running", attempts=1, max_attempts=3,
                                worker_id="ghost", lease_expires_at=-5)
-    alive = await insert_job(db, status="running", attempts=1, worker_id="w1",
+    alive = await insert_job(aconn, status="running", attempts=1, worker_id="w1",
                              lease_expires_at=30)
     async with maintenance(dsn) as service:
         handled = await service.rescue()
@@ -322,9 +304,9 @@ async def test_rescue_requeues_expired_leases_as_a_failed_attempt(
 
 
 async def test_rescue_sends_jobs_with_spent_attempts_to_dead_jobs(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
-    job_id = await insert_job(db, status="running", attempts=3, max_attempts=3,
+    job_id = await insert_job(aconn, status="running", attempts=3, max_attempts=3,
                               worker_id="ghost", lease_expires_at=-5,
                               idempotency_key="k-1", meta='{"a": 1}')
     async with maintenance(dsn) as service:
@@ -337,9 +319,9 @@ async def test_rescue_sends_jobs_with_spent_attempts_to_dead_jobs(
 
 
 async def test_rescue_of_a_job_being_cancelled_cancels_it(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
-    job_id = await insert_job(db, status="running", attempts=1, worker_id="ghost",
+    job_id = await insert_job(aconn, status="running", attempts=1, worker_id="ghost",
                               lease_expires_at=-5, cancel_requested=True)
     async with maintenance(dsn) as service:
         assert await service.rescue() == 1
@@ -349,12 +331,12 @@ async def test_rescue_of_a_job_being_cancelled_cancels_it(
     assert stored["finished_at"] is not None
 
 
-def fragile_task(q: Queue) -> tuple[list[int], asyncio.Event]:
+def fragile_task(aq: Queue) -> tuple[list[int], asyncio.Event]:
     """A task whose first attempt hangs until cancelled and whose second one succeeds."""
     attempts: list[int] = []
     first_cancelled = asyncio.Event()
 
-    @q.task(name="fragile")
+    @aq.task(name="fragile")
     async def fragile(ctx: JobContext) -> str:
         attempts.append(ctx.attempt)
         if ctx.attempt == 1:
@@ -376,10 +358,10 @@ async def lose_lease(dsn: str, job_id: int) -> None:
                    (job_id,))
 
 
-async def test_heartbeat_stops_an_attempt_whose_lease_was_lost(q: Queue, dsn: str) -> None:
-    attempts, first_cancelled = fragile_task(q)
-    job = await q.get_task("fragile").enqueue_async()
-    async with background_worker(q, lease=3, rescue_interval=3600):
+async def test_heartbeat_stops_an_attempt_whose_lease_was_lost(aq: Queue, dsn: str) -> None:
+    attempts, first_cancelled = fragile_task(aq)
+    job = await aq.get_task("fragile").enqueue_async()
+    async with background_worker(aq, lease=3, rescue_interval=3600):
         await async_wait_until(lambda: attempts == [1], timeout=10)
         await lose_lease(dsn, job.id)
         # Within one heartbeat (1 s) the worker notices and stops attempt 1...
@@ -396,14 +378,14 @@ async def test_heartbeat_stops_an_attempt_whose_lease_was_lost(q: Queue, dsn: st
 
 
 async def test_reclaiming_a_job_stops_the_attempt_this_worker_still_runs(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
     """The rescuer requeues the job and this same worker claims it again before its next
     heartbeat: the stale first attempt must be stopped, not left running unseen (outside
     the concurrency count, never released)."""
-    attempts, first_cancelled = fragile_task(q)
-    job = await q.get_task("fragile").enqueue_async()
-    async with background_worker(q, lease=30, rescue_interval=0.1) as worker:
+    attempts, first_cancelled = fragile_task(aq)
+    job = await aq.get_task("fragile").enqueue_async()
+    async with background_worker(aq, lease=30, rescue_interval=0.1) as worker:
         await async_wait_until(lambda: attempts == [1], timeout=10)
         await lose_lease(dsn, job.id)
         stored = await async_wait_until(lambda: _succeeded(dsn, job.id), timeout=10)
@@ -422,9 +404,9 @@ async def _succeeded(dsn: str, job_id: int) -> dict[str, Any] | None:
 
 
 async def test_prune_deletes_finished_jobs_past_their_result_ttl(
-    q: Queue, dsn: str, db: psycopg.AsyncConnection[Any]
+    aq: Queue, dsn: str, aconn: psycopg.AsyncConnection[Any]
 ) -> None:
-    @q.task(name="quick", max_attempts=1)
+    @aq.task(name="quick", max_attempts=1)
     def quick(fail: bool = False) -> int:
         if fail:
             raise RuntimeError("dies")
@@ -436,7 +418,7 @@ async def test_prune_deletes_finished_jobs_past_their_result_ttl(
     cancelled = await quick.using(result_ttl=0, run_in=3600).enqueue_async()
     await asyncio.to_thread(cancelled.cancel)
     waiting = await quick.using(result_ttl=0, run_in=3600).enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     await asyncio.sleep(0.01)  # finished_at < now() needs a later transaction clock
 
     async with maintenance(dsn) as service:
@@ -447,13 +429,13 @@ async def test_prune_deletes_finished_jobs_past_their_result_ttl(
     assert (await arow(dsn, kept.id) or {})["status"] == "succeeded"
     assert await arow(dsn, dead.id, "dead_jobs") is not None
     assert (await arow(dsn, waiting.id) or {})["status"] == "queued"
-    assert await q.get_job_async(short[0].id) is None
+    assert await aq.get_job_async(short[0].id) is None
 
 
 async def test_prune_removes_worker_rows_that_stopped_heartbeating(
-    db: psycopg.AsyncConnection[Any], dsn: str
+    aconn: psycopg.AsyncConnection[Any], dsn: str
 ) -> None:
-    await db.execute(
+    await aconn.execute(
         "INSERT INTO pgqueue.workers (id, hostname, pid, concurrency, lease_expires_at) VALUES "
         "('stale', 'h', 1, 1, now() - interval '1 hour'), "
         "('fresh', 'h', 2, 1, now() + interval '30 seconds')"
@@ -464,24 +446,24 @@ async def test_prune_removes_worker_rows_that_stopped_heartbeating(
 
 
 async def test_a_dead_workers_job_is_recovered_within_lease_plus_five_seconds(
-    q: Queue, dsn: str, db: psycopg.AsyncConnection[Any]
+    aq: Queue, dsn: str, aconn: psycopg.AsyncConnection[Any]
 ) -> None:
     """Default settings (rescue every ~1 s): a job whose holder vanished runs again soon
     after its lease runs out."""
     ran = asyncio.Event()
 
-    @q.task(name="orphan")
+    @aq.task(name="orphan")
     async def orphan(ctx: JobContext) -> int:
         ran.set()
         return ctx.attempt
 
-    job_id = await insert_job(db, task="orphan", status="running", attempts=1,
+    job_id = await insert_job(aconn, task="orphan", status="running", attempts=1,
                               worker_id="killed-worker", lease_expires_at=1)
-    cursor = await db.execute("SELECT lease_expires_at FROM pgqueue.jobs WHERE id = %s",
+    cursor = await aconn.execute("SELECT lease_expires_at FROM pgqueue.jobs WHERE id = %s",
                               (job_id,))
     found = await cursor.fetchone()
     assert found is not None
-    async with background_worker(q):
+    async with background_worker(aq):
         await asyncio.wait_for(ran.wait(), 10)
         stored = await async_wait_until(lambda: _succeeded(dsn, job_id), timeout=10)
     assert stored["result"] == 2
@@ -489,14 +471,14 @@ async def test_a_dead_workers_job_is_recovered_within_lease_plus_five_seconds(
     assert (stored["started_at"] - found[0]).total_seconds() < 5
 
 
-async def test_a_running_worker_prunes_expired_results_on_its_own(q: Queue, dsn: str) -> None:
-    @q.task(name="quick")
+async def test_a_running_worker_prunes_expired_results_on_its_own(aq: Queue, dsn: str) -> None:
+    @aq.task(name="quick")
     async def quick() -> int:
         return 1
 
     short = await quick.using(result_ttl=0).enqueue_async()
     kept = await quick.enqueue_async()
-    async with background_worker(q, prune_interval=0.3):
+    async with background_worker(aq, prune_interval=0.3):
         await async_wait_until(lambda: _gone(dsn, short.id), timeout=10)
     assert (await arow(dsn, kept.id) or {}).get("status") == "succeeded"
 

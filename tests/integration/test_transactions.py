@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from pgqueue import JobContext, Queue
 from tests._database import as_url
-from tests.integration._worker_helpers import background_worker, row
+from tests.integration._worker_helpers import background_worker, row, until_sleeping
 
 SYNC_KINDS = ["psycopg", "sqlalchemy-connection", "sqlalchemy-session"]
 ASYNC_KINDS = ["psycopg-async", "sqlalchemy-async-connection", "sqlalchemy-async-session"]
@@ -211,8 +211,8 @@ async def test_a_committed_enqueue_wakes_an_idle_worker(dsn: str, engine: Engine
             session.commit()
 
     try:
-        async with background_worker(q, poll_interval=60):
-            await asyncio.sleep(0.2)  # idle: the next poll is a minute away
+        async with background_worker(q, poll_interval=60) as worker:
+            await until_sleeping(worker)  # idle: the next poll is a minute away
             await asyncio.to_thread(enqueue_in_session)
             await asyncio.wait_for(ran.wait(), 5)
     finally:

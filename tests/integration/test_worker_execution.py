@@ -12,7 +12,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,25 +20,21 @@ from pydantic import BaseModel
 
 from pgqueue import Discard, JobContext, Queue, Retry, Snooze
 from tests._polling import async_wait_until
-from tests.integration._worker_helpers import aexecute, arow, background_worker, run_burst
-
-
-@pytest.fixture
-async def q(dsn: str) -> AsyncIterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        await queue.close_async()
-
+from tests.integration._worker_helpers import (
+    aexecute,
+    arow,
+    background_worker,
+    run_burst,
+    until_sleeping,
+)
 
 # -- exactly once, concurrency, order ------------------------------------------------------
 
 
-async def test_twenty_thousand_noop_jobs_each_run_exactly_once(q: Queue, dsn: str) -> None:
+async def test_twenty_thousand_noop_jobs_each_run_exactly_once(aq: Queue, dsn: str) -> None:
     runs: Counter[int] = Counter()
 
-    @q.task(name="noop")
+    @aq.task(name="noop")
     async def noop(n: int, ctx: JobContext) -> None:
         runs[ctx.job.id] += 1
 
@@ -48,7 +43,7 @@ async def test_twenty_thousand_noop_jobs_each_run_exactly_once(q: Queue, dsn: st
     assert len(ids) == 20_000
 
     started = time.monotonic()
-    await run_burst(q, concurrency=8)
+    await run_burst(aq, concurrency=8)
     elapsed = time.monotonic() - started
 
     assert set(runs) == ids
@@ -63,24 +58,24 @@ async def test_twenty_thousand_noop_jobs_each_run_exactly_once(q: Queue, dsn: st
     assert elapsed < 60, f"20,000 no-op jobs took {elapsed:.1f}s"
 
 
-async def test_arguments_reach_the_task_exactly_as_enqueued(q: Queue) -> None:
+async def test_arguments_reach_the_task_exactly_as_enqueued(aq: Queue) -> None:
     """The claim connection decodes jsonb with orjson, which would turn integers beyond
     64 bits into floats; pgqueue's loader must hand them over exactly."""
     seen: list[tuple[Any, ...]] = []
 
-    @q.task(name="echo")
+    @aq.task(name="echo")
     async def echo(big: int, plain, text: str, ctx: JobContext) -> None:  # type: ignore[no-untyped-def]
         seen.append((big, plain, text, ctx.job.meta))
 
     values = (2**70, [-(2**64) - 1, 0.1, 2.5, {"k": None}], "digits 12345678901234567890")
     await echo.using(meta={"n": 10**30}).enqueue_async(*values)
-    await run_burst(q, concurrency=2)
+    await run_burst(aq, concurrency=2)
     assert seen == [(*values, {"n": 10**30})]
     assert type(seen[0][1][0]) is int
 
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
-async def test_concurrency_is_never_exceeded(q: Queue, kind: str) -> None:
+async def test_concurrency_is_never_exceeded(aq: Queue, kind: str) -> None:
     lock = threading.Lock()
     active = 0
     highest = 0
@@ -99,43 +94,43 @@ async def test_concurrency_is_never_exceeded(q: Queue, kind: str) -> None:
             done += 1
 
     if kind == "async":
-        @q.task(name="busy")
+        @aq.task(name="busy")
         async def busy(n: int) -> None:
             enter()
             await asyncio.sleep(0.01)
             leave()
     else:
-        @q.task(name="busy")
+        @aq.task(name="busy")
         def busy(n: int) -> None:
             enter()
             time.sleep(0.01)
             leave()
 
     await busy.enqueue_many_async([(n,) for n in range(120)])
-    await run_burst(q, concurrency=4)
+    await run_burst(aq, concurrency=4)
     assert done == 120
     assert highest <= 4
     assert highest >= 2, "jobs never overlapped: the worker ran them one at a time"
 
 
-async def test_higher_priority_runs_first_then_oldest(q: Queue) -> None:
+async def test_higher_priority_runs_first_then_oldest(aq: Queue) -> None:
     order: list[str] = []
 
-    @q.task(name="record")
+    @aq.task(name="record")
     def record(label: str) -> None:
         order.append(label)
 
     for label, priority in [("p0-a", 0), ("p5-a", 5), ("m1", -1), ("p10", 10), ("p5-b", 5),
                             ("p0-b", 0)]:
         await record.using(priority=priority).enqueue_async(label)
-    await run_burst(q, concurrency=1)
+    await run_burst(aq, concurrency=1)
     assert order == ["p10", "p5-a", "p5-b", "p0-a", "p0-b", "m1"]
 
 
-async def test_earlier_run_at_runs_first_within_a_priority(q: Queue) -> None:
+async def test_earlier_run_at_runs_first_within_a_priority(aq: Queue) -> None:
     order: list[str] = []
 
-    @q.task(name="record")
+    @aq.task(name="record")
     def record(label: str) -> None:
         order.append(label)
 
@@ -144,20 +139,20 @@ async def test_earlier_run_at_runs_first_within_a_priority(q: Queue) -> None:
     await record.using(run_at=now - timedelta(seconds=10)).enqueue_async("middle")
     await record.using(run_at=now - timedelta(seconds=20)).enqueue_async("oldest")
     await record.using(run_at=now - timedelta(seconds=5)).enqueue_async("latest")
-    await run_burst(q, concurrency=1)
+    await run_burst(aq, concurrency=1)
     assert order == ["oldest", "middle", "latest"]
 
 
-async def test_burst_worker_leaves_jobs_due_later(q: Queue, dsn: str) -> None:
+async def test_burst_worker_leaves_jobs_due_later(aq: Queue, dsn: str) -> None:
     ran: list[int] = []
 
-    @q.task(name="later")
+    @aq.task(name="later")
     def later(n: int) -> None:
         ran.append(n)
 
     future = await later.using(run_in=3600).enqueue_async(1)
     ready = await later.enqueue_async(2)
-    await run_burst(q)
+    await run_burst(aq)
     assert ran == [2]
     stored = await arow(dsn, future.id)
     assert stored is not None
@@ -165,16 +160,16 @@ async def test_burst_worker_leaves_jobs_due_later(q: Queue, dsn: str) -> None:
     assert (await arow(dsn, ready.id) or {})["status"] == "succeeded"
 
 
-async def test_job_is_not_claimed_before_its_run_at(q: Queue, dsn: str) -> None:
+async def test_job_is_not_claimed_before_its_run_at(aq: Queue, dsn: str) -> None:
     ran_at: dict[int, datetime] = {}
 
-    @q.task(name="stamp")
+    @aq.task(name="stamp")
     def stamp(ctx: JobContext) -> None:
         ran_at[ctx.job.id] = datetime.now(UTC)
 
     # A scheduled insert sends no NOTIFY (only ready jobs do), so an idle worker finds it
     # by polling: poll often here so the test is quick.
-    async with background_worker(q, poll_interval=0.3):
+    async with background_worker(aq, poll_interval=0.3):
         job = await stamp.using(run_in=1.5).enqueue_async()
         assert job.status == "scheduled"
         await async_wait_until(lambda: job.id in ran_at, timeout=10)
@@ -185,15 +180,15 @@ async def test_job_is_not_claimed_before_its_run_at(q: Queue, dsn: str) -> None:
     assert ran_at[job.id] >= stored["run_at"]
 
 
-async def test_idle_worker_is_woken_by_notify_not_by_polling(q: Queue) -> None:
+async def test_idle_worker_is_woken_by_notify_not_by_polling(aq: Queue) -> None:
     ran = asyncio.Event()
 
-    @q.task(name="ping")
+    @aq.task(name="ping")
     async def ping() -> None:
         ran.set()
 
-    async with background_worker(q, poll_interval=60):
-        await asyncio.sleep(0.2)  # let the producer go idle (it polls every 60 s)
+    async with background_worker(aq, poll_interval=60) as worker:
+        await until_sleeping(worker)  # only a wake-up can start a job now: it polls at 60 s
         started = time.monotonic()
         await ping.enqueue_async()
         await asyncio.wait_for(ran.wait(), 10)
@@ -203,16 +198,16 @@ async def test_idle_worker_is_woken_by_notify_not_by_polling(q: Queue) -> None:
 # -- failures, retries and control-flow signals --------------------------------------------
 
 
-async def test_failures_retry_then_die_with_the_full_traceback(q: Queue, dsn: str) -> None:
+async def test_failures_retry_then_die_with_the_full_traceback(aq: Queue, dsn: str) -> None:
     attempts_seen: list[int] = []
 
-    @q.task(name="flaky", max_attempts=3, retry_intervals=[0])
+    @aq.task(name="flaky", max_attempts=3, retry_intervals=[0])
     def always_fails(ctx: JobContext) -> None:
         attempts_seen.append(ctx.attempt)
         raise ValueError(f"boom on attempt {ctx.attempt}")
 
     job = await always_fails.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     assert attempts_seen == [1, 2, 3]
     assert await arow(dsn, job.id) is None
     dead = await arow(dsn, job.id, "dead_jobs")
@@ -222,18 +217,18 @@ async def test_failures_retry_then_die_with_the_full_traceback(q: Queue, dsn: st
     assert "in always_fails" in dead["error"]
     assert dead["error"].rstrip().endswith("ValueError: boom on attempt 3")
     assert dead["failed_at"] is not None
-    fresh = await q.get_job_async(job.id)
+    fresh = await aq.get_job_async(job.id)
     assert fresh is not None
     assert fresh.status == "dead"
 
 
-async def test_failure_with_attempts_left_is_retrying_with_backoff(q: Queue, dsn: str) -> None:
-    @q.task(name="fails_once", max_attempts=3)
+async def test_failure_with_attempts_left_is_retrying_with_backoff(aq: Queue, dsn: str) -> None:
+    @aq.task(name="fails_once", max_attempts=3)
     def fails() -> None:
         raise RuntimeError("transient")
 
     job = await fails.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert stored["status"] == "queued"
@@ -242,43 +237,43 @@ async def test_failure_with_attempts_left_is_retrying_with_backoff(q: Queue, dsn
     assert "RuntimeError: transient" in stored["last_error"]
     delay = (stored["run_at"] - stored["started_at"]).total_seconds()
     assert 0.9 <= delay <= 3.0  # first retry: 1-2 s of jittered backoff
-    fresh = await q.get_job_async(job.id)
+    fresh = await aq.get_job_async(job.id)
     assert fresh is not None
     assert fresh.status == "retrying"
 
 
-async def test_retry_uses_the_given_delay_and_consumes_the_attempt(q: Queue, dsn: str) -> None:
-    @q.task(name="later")
+async def test_retry_uses_the_given_delay_and_consumes_the_attempt(aq: Queue, dsn: str) -> None:
+    @aq.task(name="later")
     def later() -> None:
         raise Retry(delay=120, reason="rate limited")
 
     job = await later.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert (stored["status"], stored["attempts"]) == ("queued", 1)
     assert stored["last_error"] == "retry requested: rate limited"
     delay = (stored["run_at"] - stored["started_at"]).total_seconds()
     assert 119 <= delay <= 125
-    assert (await q.get_job_async(job.id)).status == "retrying"  # type: ignore[union-attr]
+    assert (await aq.get_job_async(job.id)).status == "retrying"  # type: ignore[union-attr]
 
 
-async def test_retry_on_the_last_attempt_sends_the_job_to_dead_jobs(q: Queue, dsn: str) -> None:
-    @q.task(name="stubborn", max_attempts=1)
+async def test_retry_on_the_last_attempt_sends_the_job_to_dead_jobs(aq: Queue, dsn: str) -> None:
+    @aq.task(name="stubborn", max_attempts=1)
     def stubborn() -> None:
         raise Retry(delay=5)
 
     job = await stubborn.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     dead = await arow(dsn, job.id, "dead_jobs")
     assert dead is not None
     assert "retry requested" in dead["error"]
 
 
-async def test_snooze_gives_the_attempt_back(q: Queue, dsn: str) -> None:
+async def test_snooze_gives_the_attempt_back(aq: Queue, dsn: str) -> None:
     calls: list[int] = []
 
-    @q.task(name="sleepy", retry_intervals=[0])
+    @aq.task(name="sleepy", retry_intervals=[0])
     def sleepy(ctx: JobContext) -> None:
         calls.append(ctx.attempt)
         if ctx.attempt == 1:
@@ -286,7 +281,7 @@ async def test_snooze_gives_the_attempt_back(q: Queue, dsn: str) -> None:
         raise Snooze(300)
 
     job = await sleepy.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     assert calls == [1, 2]
     stored = await arow(dsn, job.id)
     assert stored is not None
@@ -296,26 +291,26 @@ async def test_snooze_gives_the_attempt_back(q: Queue, dsn: str) -> None:
     assert 299 <= delay <= 305
 
 
-async def test_snooze_on_the_first_attempt_makes_the_job_scheduled(q: Queue, dsn: str) -> None:
-    @q.task(name="sleepy")
+async def test_snooze_on_the_first_attempt_makes_the_job_scheduled(aq: Queue, dsn: str) -> None:
+    @aq.task(name="sleepy")
     def sleepy() -> None:
         raise Snooze(60)
 
     job = await sleepy.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert (stored["status"], stored["attempts"], stored["worker_id"]) == ("queued", 0, None)
-    assert (await q.get_job_async(job.id)).status == "scheduled"  # type: ignore[union-attr]
+    assert (await aq.get_job_async(job.id)).status == "scheduled"  # type: ignore[union-attr]
 
 
-async def test_discard_sends_the_job_to_dead_jobs_at_once(q: Queue, dsn: str) -> None:
-    @q.task(name="picky", max_attempts=5)
+async def test_discard_sends_the_job_to_dead_jobs_at_once(aq: Queue, dsn: str) -> None:
+    @aq.task(name="picky", max_attempts=5)
     async def picky() -> None:
         raise Discard("invalid customer")
 
     job = await picky.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     assert await arow(dsn, job.id) is None
     dead = await arow(dsn, job.id, "dead_jobs")
     assert dead is not None
@@ -323,13 +318,13 @@ async def test_discard_sends_the_job_to_dead_jobs_at_once(q: Queue, dsn: str) ->
     assert "invalid customer" in dead["error"]
 
 
-async def test_unknown_task_goes_to_dead_jobs_with_a_clear_error(q: Queue, dsn: str) -> None:
-    @q.task(name="known")
+async def test_unknown_task_goes_to_dead_jobs_with_a_clear_error(aq: Queue, dsn: str) -> None:
+    @aq.task(name="known")
     def known() -> None:
         pass
 
-    job = await asyncio.to_thread(q.enqueue_by_name, "billing.charge", args=[1])
-    await run_burst(q)
+    job = await asyncio.to_thread(aq.enqueue_by_name, "billing.charge", args=[1])
+    await run_burst(aq)
     dead = await arow(dsn, job.id, "dead_jobs")
     assert dead is not None
     assert dead["attempts"] == 1
@@ -337,10 +332,10 @@ async def test_unknown_task_goes_to_dead_jobs_with_a_clear_error(q: Queue, dsn: 
     assert "known" in dead["error"]  # lists what this worker does know
 
 
-async def test_async_timeout_fails_the_attempt_with_a_timeout_error(q: Queue, dsn: str) -> None:
+async def test_async_timeout_fails_the_attempt_with_a_timeout_error(aq: Queue, dsn: str) -> None:
     cancelled = asyncio.Event()
 
-    @q.task(name="slow", timeout=0.2, retry_intervals=[60])
+    @aq.task(name="slow", timeout=0.2, retry_intervals=[60])
     async def slow() -> None:
         try:
             await asyncio.sleep(30)
@@ -350,7 +345,7 @@ async def test_async_timeout_fails_the_attempt_with_a_timeout_error(q: Queue, ds
 
     job = await slow.enqueue_async()
     started = time.monotonic()
-    await run_burst(q)
+    await run_burst(aq)
     assert time.monotonic() - started < 10
     assert cancelled.is_set()
     stored = await arow(dsn, job.id)
@@ -361,14 +356,14 @@ async def test_async_timeout_fails_the_attempt_with_a_timeout_error(q: Queue, ds
 
 
 async def test_async_timeout_on_the_last_attempt_is_dead_with_timeout_error(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
-    @q.task(name="slow", timeout=0.1, max_attempts=2, retry_intervals=[0])
+    @aq.task(name="slow", timeout=0.1, max_attempts=2, retry_intervals=[0])
     async def slow() -> None:
         await asyncio.sleep(30)
 
     job = await slow.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     dead = await arow(dsn, job.id, "dead_jobs")
     assert dead is not None
     assert dead["attempts"] == 2
@@ -377,29 +372,29 @@ async def test_async_timeout_on_the_last_attempt_is_dead_with_timeout_error(
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_task_raising_its_own_timeout_error_is_not_called_a_timeout(
-    q: Queue, dsn: str, kind: str
+    aq: Queue, dsn: str, kind: str
 ) -> None:
     if kind == "sync":
-        @q.task(name="remote", timeout=30, retry_intervals=[60])
+        @aq.task(name="remote", timeout=30, retry_intervals=[60])
         def remote() -> None:
             raise TimeoutError("the payment API did not answer")
     else:
-        @q.task(name="remote", timeout=30, retry_intervals=[60])
+        @aq.task(name="remote", timeout=30, retry_intervals=[60])
         async def remote() -> None:
             raise TimeoutError("the payment API did not answer")
 
     job = await remote.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert "TimeoutError: the payment API did not answer" in stored["last_error"]
     assert "timed out after" not in stored["last_error"]
 
 
-async def test_sync_task_past_its_timeout_fails_the_attempt(q: Queue, dsn: str) -> None:
+async def test_sync_task_past_its_timeout_fails_the_attempt(aq: Queue, dsn: str) -> None:
     saw_cancel = threading.Event()
 
-    @q.task(name="grind", timeout=0.3, retry_intervals=[60])
+    @aq.task(name="grind", timeout=0.3, retry_intervals=[60])
     def grind(ctx: JobContext) -> str:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -410,7 +405,7 @@ async def test_sync_task_past_its_timeout_fails_the_attempt(q: Queue, dsn: str) 
         return "finished"
 
     job = await grind.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert (stored["status"], stored["attempts"]) == ("queued", 1)
@@ -420,13 +415,13 @@ async def test_sync_task_past_its_timeout_fails_the_attempt(q: Queue, dsn: str) 
     assert saw_cancel.is_set(), "the sync task was never told it ran out of time"
 
 
-async def test_task_returning_an_unstorable_value_fails_the_attempt(q: Queue, dsn: str) -> None:
-    @q.task(name="weird", max_attempts=1)
+async def test_task_returning_an_unstorable_value_fails_the_attempt(aq: Queue, dsn: str) -> None:
+    @aq.task(name="weird", max_attempts=1)
     def weird() -> object:
         return object()
 
     job = await weird.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     dead = await arow(dsn, job.id, "dead_jobs")
     assert dead is not None
     assert "cannot be stored as JSON" in dead["error"]
@@ -435,65 +430,65 @@ async def test_task_returning_an_unstorable_value_fails_the_attempt(q: Queue, ds
 # -- results, context ------------------------------------------------------------------------
 
 
-async def test_results_are_stored_as_json(q: Queue, dsn: str) -> None:
-    @q.task(name="compute")
+async def test_results_are_stored_as_json(aq: Queue, dsn: str) -> None:
+    @aq.task(name="compute")
     async def compute(a: int, b: int) -> dict[str, object]:
         return {"sum": a + b, "when": datetime(2024, 1, 2, tzinfo=UTC)}
 
     job = await compute.enqueue_async(2, 3)
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert stored["result"] == {"sum": 5, "when": "2024-01-02T00:00:00Z"}
-    fresh = await q.get_job_async(job.id)
+    fresh = await aq.get_job_async(job.id)
     assert fresh is not None
     assert fresh.result == stored["result"]
 
 
-async def test_context_knows_its_job_and_attempt(q: Queue) -> None:
+async def test_context_knows_its_job_and_attempt(aq: Queue) -> None:
     seen: list[tuple[int, int, str, int, dict[str, object]]] = []
 
-    @q.task(name="introspect", retry_intervals=[0])
+    @aq.task(name="introspect", retry_intervals=[0])
     def introspect(x: int, ctx: JobContext) -> None:
         seen.append((ctx.job.id, ctx.attempt, ctx.job.task, x, ctx.job.meta))
         if ctx.attempt == 1:
             raise RuntimeError("again")
 
     job = await introspect.using(meta={"k": "v"}).enqueue_async(x=5)
-    await run_burst(q)
+    await run_burst(aq)
     assert seen == [(job.id, 1, "introspect", 5, {"k": "v"}),
                     (job.id, 2, "introspect", 5, {"k": "v"})]
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_context_may_be_any_parameter(q: Queue, dsn: str, kind: str) -> None:
+async def test_context_may_be_any_parameter(aq: Queue, dsn: str, kind: str) -> None:
     if kind == "sync":
-        @q.task(name="first")
+        @aq.task(name="first")
         def first(ctx: JobContext, x: int, y: int = 10) -> list[int]:
             return [ctx.attempt, x, y]
     else:
-        @q.task(name="first")
+        @aq.task(name="first")
         async def first(ctx: JobContext, x: int, y: int = 10) -> list[int]:
             return [ctx.attempt, x, y]
 
     a = await first.enqueue_async(1)
     b = await first.enqueue_async(2, y=3)
     c = await first.enqueue_async(x=4, y=5)
-    await run_burst(q)
+    await run_burst(aq)
     results = [(await arow(dsn, job.id) or {}).get("result") for job in (a, b, c)]
     assert results == [[1, 1, 10], [1, 2, 3], [1, 4, 5]]
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-async def test_set_progress_lands_in_meta(q: Queue, dsn: str, kind: str) -> None:
+async def test_set_progress_lands_in_meta(aq: Queue, dsn: str, kind: str) -> None:
     if kind == "sync":
-        @q.task(name="progress")
+        @aq.task(name="progress")
         def work(ctx: JobContext) -> str:
             for step in range(1, 4):
                 ctx.set_progress({"step": step, "of": 3})
             return "done"
     else:
-        @q.task(name="progress")
+        @aq.task(name="progress")
         async def work(ctx: JobContext) -> str:
             for step in range(1, 4):
                 ctx.set_progress({"step": step, "of": 3})
@@ -501,7 +496,7 @@ async def test_set_progress_lands_in_meta(q: Queue, dsn: str, kind: str) -> None
             return "done"
 
     job = await work.using(meta={"source": "test"}).enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert stored["status"] == "succeeded"
@@ -509,19 +504,20 @@ async def test_set_progress_lands_in_meta(q: Queue, dsn: str, kind: str) -> None
     assert stored["meta"] == {"source": "test", "progress": {"step": 3, "of": 3}}
 
 
-async def test_progress_is_visible_while_the_job_runs(q: Queue, dsn: str) -> None:
+async def test_progress_is_visible_while_the_job_runs(aq: Queue, dsn: str) -> None:
     release = asyncio.Event()
 
-    @q.task(name="long")
+    @aq.task(name="long")
     async def long(ctx: JobContext) -> None:
         ctx.set_progress(42)
         await release.wait()
 
     job = await long.enqueue_async()
-    async with background_worker(q):
+    async with background_worker(aq):
         stored = await async_wait_until(
             lambda: _with_progress(dsn, job.id), timeout=10,
         )
+        assert stored is not None
         assert stored["status"] == "running"
         assert stored["meta"]["progress"] == 42
         release.set()
@@ -531,7 +527,7 @@ async def test_progress_is_visible_while_the_job_runs(q: Queue, dsn: str) -> Non
     assert final["meta"] == {"progress": 42}
 
 
-async def _with_progress(dsn: str, job_id: int) -> dict[str, object] | None:
+async def _with_progress(dsn: str, job_id: int) -> dict[str, Any] | None:
     stored = await arow(dsn, job_id)
     return stored if stored and "progress" in stored["meta"] else None
 
@@ -550,15 +546,15 @@ async def side_table(dsn: str) -> None:
 
 
 @pytest.mark.usefixtures("side_table")
-async def test_sync_transaction_commits_writes_and_completion_together(q: Queue, dsn: str) -> None:
-    @q.task(name="write")
+async def test_sync_transaction_commits_writes_and_completion_together(aq: Queue, dsn: str) -> None:
+    @aq.task(name="write")
     def write(note: str, ctx: JobContext) -> str:
         with ctx.transaction() as conn:
             conn.execute("INSERT INTO side_effects VALUES (%s, %s)", (ctx.job.id, note))
         return note.upper()
 
     job = await write.enqueue_async("hello")
-    await run_burst(q)
+    await run_burst(aq)
     assert await aexecute(dsn, "SELECT * FROM side_effects") == [
         {"job_id": job.id, "note": "hello"}
     ]
@@ -570,16 +566,16 @@ async def test_sync_transaction_commits_writes_and_completion_together(q: Queue,
 
 @pytest.mark.usefixtures("side_table")
 async def test_async_transaction_commits_writes_and_completion_together(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
-    @q.task(name="write")
+    @aq.task(name="write")
     async def write(note: str, ctx: JobContext) -> str:
         async with ctx.transaction() as conn:
             await conn.execute("INSERT INTO side_effects VALUES (%s, %s)", (ctx.job.id, note))
         return note.upper()
 
     jobs = [await write.enqueue_async(f"n{i}") for i in range(10)]
-    await run_burst(q, concurrency=8)
+    await run_burst(aq, concurrency=8)
     rows = await aexecute(dsn, "SELECT job_id, note FROM side_effects ORDER BY job_id")
     assert rows == [{"job_id": job.id, "note": f"n{i}"} for i, job in enumerate(jobs)]
     for i, job in enumerate(jobs):
@@ -591,23 +587,23 @@ async def test_async_transaction_commits_writes_and_completion_together(
 @pytest.mark.usefixtures("side_table")
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_transaction_rolls_back_writes_and_completion_when_the_task_raises(
-    q: Queue, dsn: str, kind: str
+    aq: Queue, dsn: str, kind: str
 ) -> None:
     if kind == "sync":
-        @q.task(name="write", retry_intervals=[60])
+        @aq.task(name="write", retry_intervals=[60])
         def write(ctx: JobContext) -> None:
             with ctx.transaction() as conn:
                 conn.execute("INSERT INTO side_effects VALUES (%s, 'x')", (ctx.job.id,))
                 raise RuntimeError("failed half-way")
     else:
-        @q.task(name="write", retry_intervals=[60])
+        @aq.task(name="write", retry_intervals=[60])
         async def write(ctx: JobContext) -> None:
             async with ctx.transaction() as conn:
                 await conn.execute("INSERT INTO side_effects VALUES (%s, 'x')", (ctx.job.id,))
                 raise RuntimeError("failed half-way")
 
     job = await write.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     assert await aexecute(dsn, "SELECT * FROM side_effects") == []
     stored = await arow(dsn, job.id)
     assert stored is not None
@@ -617,11 +613,11 @@ async def test_transaction_rolls_back_writes_and_completion_when_the_task_raises
 
 
 @pytest.mark.usefixtures("side_table")
-async def test_work_after_the_transaction_keeps_the_result(q: Queue, dsn: str) -> None:
+async def test_work_after_the_transaction_keeps_the_result(aq: Queue, dsn: str) -> None:
     """A task that commits with ctx.transaction() and then keeps working for more than a
     heartbeat interval still ends succeeded with its result (it did not lose its lease)."""
 
-    @q.task(name="write_then_think")
+    @aq.task(name="write_then_think")
     async def write_then_think(ctx: JobContext) -> str:
         async with ctx.transaction() as conn:
             await conn.execute("INSERT INTO side_effects VALUES (%s, 'x')", (ctx.job.id,))
@@ -629,7 +625,7 @@ async def test_work_after_the_transaction_keeps_the_result(q: Queue, dsn: str) -
         return "kept"
 
     job = await write_then_think.enqueue_async()
-    await run_burst(q, lease=3)
+    await run_burst(aq, lease=3)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert (stored["status"], stored["result"]) == ("succeeded", "kept")
@@ -639,10 +635,10 @@ async def test_work_after_the_transaction_keeps_the_result(q: Queue, dsn: str) -
 # -- cancellation --------------------------------------------------------------------------
 
 
-async def test_cancelling_a_queued_job_cancels_it_at_once(q: Queue, dsn: str) -> None:
+async def test_cancelling_a_queued_job_cancels_it_at_once(aq: Queue, dsn: str) -> None:
     ran: list[int] = []
 
-    @q.task(name="never")
+    @aq.task(name="never")
     def never() -> None:
         ran.append(1)
 
@@ -653,18 +649,18 @@ async def test_cancelling_a_queued_job_cancels_it_at_once(q: Queue, dsn: str) ->
     assert stored is not None
     assert stored["status"] == "cancelled"
     assert stored["finished_at"] is not None
-    await run_burst(q)
+    await run_burst(aq)
     assert ran == []
     assert (await arow(dsn, job.id) or {})["status"] == "cancelled"
 
 
 async def test_cancelling_a_running_async_job_cancels_it_within_a_heartbeat(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
-    @q.task(name="long")
+    @aq.task(name="long")
     async def long() -> None:
         started.set()
         try:
@@ -674,7 +670,7 @@ async def test_cancelling_a_running_async_job_cancels_it_within_a_heartbeat(
             raise
 
     job = await long.enqueue_async()
-    async with background_worker(q, lease=3):
+    async with background_worker(aq, lease=3):
         await asyncio.wait_for(started.wait(), 10)
         await asyncio.to_thread(job.cancel)
         assert job.status == "running"
@@ -690,11 +686,11 @@ async def test_cancelling_a_running_async_job_cancels_it_within_a_heartbeat(
     assert stored["lease_expires_at"] is None
 
 
-async def test_cancelling_a_running_sync_job_sets_cancel_requested(q: Queue, dsn: str) -> None:
+async def test_cancelling_a_running_sync_job_sets_cancel_requested(aq: Queue, dsn: str) -> None:
     started = threading.Event()
     noticed: list[float] = []
 
-    @q.task(name="loop")
+    @aq.task(name="loop")
     def loop(ctx: JobContext) -> str:
         started.set()
         deadline = time.monotonic() + 30
@@ -706,7 +702,7 @@ async def test_cancelling_a_running_sync_job_sets_cancel_requested(q: Queue, dsn
         return "ran to the end"
 
     job = await loop.enqueue_async()
-    async with background_worker(q, lease=3):
+    async with background_worker(aq, lease=3):
         await asyncio.to_thread(started.wait, 10)
         asked = time.monotonic()
         await asyncio.to_thread(job.cancel)
@@ -719,32 +715,33 @@ async def test_cancelling_a_running_sync_job_sets_cancel_requested(q: Queue, dsn
 
 
 async def test_a_cancelled_job_that_then_fails_ends_cancelled_not_retried(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
     """Cancellation requested, then the attempt fails before the worker noticed: the job
     must not be retried (the contract: it ends cancelled unless it had finished)."""
     started = threading.Event()
     go = threading.Event()
 
-    @q.task(name="doomed", retry_intervals=[0])
+    @aq.task(name="doomed", retry_intervals=[0])
     def doomed() -> None:
         started.set()
         go.wait(10)
         raise RuntimeError("failed after the cancel request")
 
     job = await doomed.enqueue_async()
-    async with background_worker(q, lease=30):  # next heartbeat only after 10 s
+    async with background_worker(aq, lease=30):  # next heartbeat only after 10 s
         await asyncio.to_thread(started.wait, 10)
         await asyncio.to_thread(job.cancel)
         go.set()
         stored = await async_wait_until(
             lambda: _finished_or_requeued(dsn, job.id), timeout=10,
         )
+    assert stored is not None
     assert stored["status"] == "cancelled"
     assert stored["attempts"] == 1
 
 
-async def _finished_or_requeued(dsn: str, job_id: int) -> dict[str, object] | None:
+async def _finished_or_requeued(dsn: str, job_id: int) -> dict[str, Any] | None:
     stored = await arow(dsn, job_id)
     if stored is None:
         return {"status": "dead"}
@@ -756,24 +753,24 @@ async def _finished_or_requeued(dsn: str, job_id: int) -> dict[str, object] | No
 
 
 async def test_nul_characters_in_a_result_error_or_progress_do_not_stop_the_worker(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
     """jsonb and text columns refuse NUL: one such job must fail alone, clearly, and
     neither crash the worker nor strand the other jobs of its completion batch."""
 
-    @q.task(name="nul_result", max_attempts=1)
+    @aq.task(name="nul_result", max_attempts=1)
     def nul_result() -> str:
         return "a\x00b"
 
-    @q.task(name="nul_error", max_attempts=1)
+    @aq.task(name="nul_error", max_attempts=1)
     def nul_error() -> None:
         raise ValueError("bad \x00 byte")
 
-    @q.task(name="nul_progress", max_attempts=1)
+    @aq.task(name="nul_progress", max_attempts=1)
     async def nul_progress(ctx: JobContext) -> None:
         ctx.set_progress("half\x00way")
 
-    @q.task(name="fine")
+    @aq.task(name="fine")
     def fine() -> int:
         return 1
 
@@ -781,7 +778,7 @@ async def test_nul_characters_in_a_result_error_or_progress_do_not_stop_the_work
     bad_error = await nul_error.enqueue_async()
     bad_progress = await nul_progress.enqueue_async()
     good = [await fine.enqueue_async() for _ in range(5)]
-    await run_burst(q)  # returns 0: the worker survived
+    await run_burst(aq)  # returns 0: the worker survived
 
     dead = await arow(dsn, bad_result.id, "dead_jobs")
     assert dead is not None
@@ -797,17 +794,17 @@ async def test_nul_characters_in_a_result_error_or_progress_do_not_stop_the_work
         assert (await arow(dsn, job.id) or {}).get("status") == "succeeded"
 
 
-async def test_a_job_inserted_with_plain_sql_wakes_an_idle_worker(q: Queue, dsn: str) -> None:
+async def test_a_job_inserted_with_plain_sql_wakes_an_idle_worker(aq: Queue, dsn: str) -> None:
     ran = asyncio.Event()
     seen: list[tuple[object, ...]] = []
 
-    @q.task(name="sql.made")
+    @aq.task(name="sql.made")
     async def made(a: int, b: str = "default") -> None:
         seen.append((a, b))
         ran.set()
 
-    async with background_worker(q, poll_interval=60):
-        await asyncio.sleep(0.2)
+    async with background_worker(aq, poll_interval=60) as worker:
+        await until_sleeping(worker)
         await aexecute(dsn, "INSERT INTO pgqueue.jobs (task, args, kwargs) "
                             "VALUES ('sql.made', '[1]', '{\"b\": \"x\"}')")
         await asyncio.wait_for(ran.wait(), 5)
@@ -815,19 +812,19 @@ async def test_a_job_inserted_with_plain_sql_wakes_an_idle_worker(q: Queue, dsn:
 
 
 async def test_a_task_raising_cancelled_error_itself_fails_the_attempt(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
     """Awaiting a future cancelled elsewhere raises CancelledError in a task nobody
     cancelled: that is a failure to record, not a job to leave running forever."""
 
-    @q.task(name="victim", retry_intervals=[60])
+    @aq.task(name="victim", retry_intervals=[60])
     async def victim() -> None:
         future = asyncio.get_running_loop().create_future()
         future.cancel()
         await future
 
     job = await victim.enqueue_async()
-    await run_burst(q)
+    await run_burst(aq)
     stored = await arow(dsn, job.id)
     assert stored is not None
     assert (stored["status"], stored["attempts"], stored["worker_id"]) == ("queued", 1, None)
@@ -837,7 +834,7 @@ async def test_a_task_raising_cancelled_error_itself_fails_the_attempt(
 @pytest.mark.usefixtures("side_table")
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
-    q: Queue, dsn: str, kind: str
+    aq: Queue, dsn: str, kind: str
 ) -> None:
     from pgqueue import LeaseLost
 
@@ -846,7 +843,7 @@ async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
     raised: list[BaseException] = []
 
     if kind == "sync":
-        @q.task(name="late")
+        @aq.task(name="late")
         def late(ctx: JobContext) -> None:
             started.set()
             go.wait(10)
@@ -857,7 +854,7 @@ async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
                 raised.append(exc)
                 raise
     else:
-        @q.task(name="late")
+        @aq.task(name="late")
         async def late(ctx: JobContext) -> None:
             started.set()
             await asyncio.to_thread(go.wait, 10)
@@ -870,7 +867,7 @@ async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
                 raise
 
     job = await late.enqueue_async()
-    async with background_worker(q, lease=30, rescue_interval=3600) as worker:
+    async with background_worker(aq, lease=30, rescue_interval=3600) as worker:
         await asyncio.to_thread(started.wait, 10)
         # The job moved on (as after a lost lease) before the task opens its transaction.
         await aexecute(dsn, "UPDATE pgqueue.jobs SET worker_id = 'other', attempts = 2, "
@@ -885,18 +882,18 @@ async def test_a_task_that_lost_its_lease_cannot_commit_through_its_transaction(
     assert (stored["status"], stored["worker_id"], stored["attempts"]) == ("running", "other", 2)
 
 
-async def test_two_workers_share_the_jobs_and_run_each_exactly_once(q: Queue, dsn: str) -> None:
+async def test_two_workers_share_the_jobs_and_run_each_exactly_once(aq: Queue, dsn: str) -> None:
     runs: Counter[int] = Counter()
     by_worker: Counter[str] = Counter()
 
-    @q.task(name="noop")
+    @aq.task(name="noop")
     async def noop(ctx: JobContext) -> None:
         runs[ctx.job.id] += 1
         by_worker[ctx.worker_id] += 1
         await asyncio.sleep(0)
 
     jobs = await noop.enqueue_many_async([() for _ in range(3000)])
-    await asyncio.gather(run_burst(q, concurrency=4), run_burst(q, concurrency=4))
+    await asyncio.gather(run_burst(aq, concurrency=4), run_burst(aq, concurrency=4))
     assert set(runs) == {job.id for job in jobs}
     assert max(runs.values()) == 1
     assert len(by_worker) == 2, f"one worker did everything: {by_worker}"
@@ -912,11 +909,11 @@ class Order(BaseModel):
 
 
 async def test_annotated_arguments_are_rebuilt_to_their_types_in_the_worker(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
     received: list[tuple[object, ...]] = []
 
-    @q.task(name="ship")
+    @aq.task(name="ship")
     def ship(order: Order, ref: uuid.UUID, when: datetime, count: int = 1) -> str:
         received.append((order, ref, when, count))
         return order.lines[0]
@@ -926,7 +923,7 @@ async def test_annotated_arguments_are_rebuilt_to_their_types_in_the_worker(
     ref = uuid.uuid4()
     job = await ship.enqueue_async({"id": str(order.id), "placed_at": "2024-03-04T05:06:00Z",
                                     "lines": ["book"]}, ref, when=order.placed_at, count="2")
-    await run_burst(q)
+    await run_burst(aq)
     assert received == [(order, ref, order.placed_at, 2)]
     assert isinstance(received[0][0], Order)
     assert (await arow(dsn, job.id) or {}).get("result") == "book"

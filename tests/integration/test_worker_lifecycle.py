@@ -9,47 +9,37 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 
 from pgqueue import DatabaseUnavailable, JobContext, Queue, SchemaOutOfDate
-from pgqueue.worker.runner import Worker
+from pgqueue.worker import BackgroundWorker, Worker, WorkerSettings
 from tests._polling import async_wait_until
 from tests.integration._worker_helpers import aexecute, arow, run_burst, worker_settings
-
-
-@pytest.fixture
-async def q(dsn: str) -> AsyncIterator[Queue]:
-    queue = Queue(dsn=dsn)
-    try:
-        yield queue
-    finally:
-        await queue.close_async()
 
 
 async def start(queue: Queue, **settings: object) -> tuple[Worker, asyncio.Task[int]]:
     worker = Worker(queue, worker_settings(**settings))
     task = asyncio.create_task(worker.run())
-    await async_wait_until(lambda: task.done() or worker.listener.listening.is_set(),
-                           timeout=15)
+    await async_wait_until(lambda: task.done() or worker.ready.is_set(), timeout=15)
     assert not task.done()
     return worker, task
 
 
 async def test_stop_lets_running_jobs_finish_within_the_shutdown_timeout(
-    q: Queue, dsn: str
+    aq: Queue, dsn: str
 ) -> None:
     started = asyncio.Event()
 
-    @q.task(name="short")
+    @aq.task(name="short")
     async def short() -> str:
         started.set()
         await asyncio.sleep(0.5)
         return "finished"
 
     job = await short.enqueue_async()
-    worker, task = await start(q, shutdown_timeout=10)
+    worker, task = await start(aq, shutdown_timeout=10)
     await asyncio.wait_for(started.wait(), 10)
     worker.request_stop()
     assert await asyncio.wait_for(task, 20) == 0
@@ -59,16 +49,16 @@ async def test_stop_lets_running_jobs_finish_within_the_shutdown_timeout(
     assert await aexecute(dsn, "SELECT id FROM pgqueue.workers") == []
 
 
-async def test_stop_claims_nothing_new(q: Queue, dsn: str) -> None:
+async def test_stop_claims_nothing_new(aq: Queue, dsn: str) -> None:
     started = asyncio.Event()
 
-    @q.task(name="short")
+    @aq.task(name="short")
     async def short() -> None:
         started.set()
         await asyncio.sleep(0.3)
 
     first = await short.enqueue_async()
-    worker, task = await start(q, concurrency=1, shutdown_timeout=10)
+    worker, task = await start(aq, concurrency=1, shutdown_timeout=10)
     await asyncio.wait_for(started.wait(), 10)
     second = await short.enqueue_async()
     worker.request_stop()
@@ -81,17 +71,17 @@ async def test_stop_claims_nothing_new(q: Queue, dsn: str) -> None:
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
 async def test_jobs_still_running_at_the_deadline_are_released_with_the_attempt_back(
-    q: Queue, dsn: str, kind: str
+    aq: Queue, dsn: str, kind: str
 ) -> None:
     started = threading.Event()
 
     if kind == "async":
-        @q.task(name="stuck")
+        @aq.task(name="stuck")
         async def stuck() -> None:
             started.set()
             await asyncio.sleep(60)
     else:
-        @q.task(name="stuck")
+        @aq.task(name="stuck")
         def stuck(ctx: JobContext) -> None:
             started.set()
             deadline = time.monotonic() + 60
@@ -99,7 +89,7 @@ async def test_jobs_still_running_at_the_deadline_are_released_with_the_attempt_
                 time.sleep(0.01)
 
     job = await stuck.enqueue_async()
-    worker, task = await start(q, shutdown_timeout=0.3)
+    worker, task = await start(aq, shutdown_timeout=0.3)
     await asyncio.to_thread(started.wait, 10)
     stopping = time.monotonic()
     worker.request_stop()
@@ -114,23 +104,23 @@ async def test_jobs_still_running_at_the_deadline_are_released_with_the_attempt_
     assert await aexecute(dsn, "SELECT id FROM pgqueue.workers") == []
 
 
-async def test_a_released_job_runs_again_with_its_first_attempt(q: Queue, dsn: str) -> None:
+async def test_a_released_job_runs_again_with_its_first_attempt(aq: Queue, dsn: str) -> None:
     seen: list[int] = []
     block = True
 
-    @q.task(name="stuck")
+    @aq.task(name="stuck")
     async def stuck(ctx: JobContext) -> None:
         seen.append(ctx.attempt)
         if block:
             await asyncio.sleep(60)
 
     job = await stuck.enqueue_async()
-    worker, task = await start(q, shutdown_timeout=0.2)
+    worker, task = await start(aq, shutdown_timeout=0.2)
     await async_wait_until(lambda: seen == [1], timeout=10)
     worker.request_stop()
     await asyncio.wait_for(task, 20)
     block = False
-    await run_burst(q)
+    await run_burst(aq)
     assert seen == [1, 1]
     stored = await arow(dsn, job.id)
     assert stored is not None
@@ -172,3 +162,44 @@ def test_run_worker_from_sync_code(dsn: str) -> None:
         assert q.workers() == []
     finally:
         q.close()
+
+
+# -- a worker in a background thread (pgqueue.worker.BackgroundWorker) ------------------------
+
+
+def test_a_background_worker_runs_jobs_and_stops_gracefully(q: Queue, dsn: str) -> None:
+    @q.task(name="double")
+    def double(n: int) -> int:
+        return 2 * n
+
+    with BackgroundWorker(q, WorkerSettings(concurrency=2)) as background:
+        # start() returned once the worker was registered and listening.
+        assert background.running
+        assert background.worker.ready.is_set()
+        registered = row_count(dsn, "SELECT count(*) FROM pgqueue.workers")
+        job = double.enqueue(21)
+        assert job.wait(timeout=10) == 42
+    # Leaving the block stopped the worker as SIGTERM would, and waited for it.
+    assert not background.running
+    assert (background.status, background.error) == (0, None)
+    assert registered == 1
+    assert row_count(dsn, "SELECT count(*) FROM pgqueue.workers") == 0
+
+
+def test_a_background_worker_that_cannot_start_raises_its_error(empty_dsn: str) -> None:
+    q = Queue(dsn=empty_dsn)
+    try:
+        background = BackgroundWorker(q)
+        with pytest.raises(SchemaOutOfDate, match="pgq migrate"):
+            background.start()
+        background.join(10)
+        assert not background.running
+    finally:
+        q.close()
+
+
+def row_count(dsn: str, query: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute(query.encode()).fetchone()
+    assert found is not None
+    return int(found[0])

@@ -6,6 +6,9 @@ row of the next batch: the final outcome wins, carrying the newest progress with
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
 import pytest
 
 from pgqueue.db.queries import for_schema
@@ -15,7 +18,7 @@ from pgqueue.worker.outcome import Outcome
 
 @pytest.fixture
 def completer() -> Completer:
-    async def never() -> None:
+    async def never() -> psycopg.AsyncConnection[Any]:
         raise AssertionError("the unit tests write nothing")
 
     return Completer(connect=never, queries=for_schema("pgqueue"),
@@ -92,4 +95,4 @@ def test_batches_take_everything_pending_in_order(completer: Completer) -> None:
 def test_outcome_finality() -> None:
     assert not progress("1").final
     for kind in ("succeeded", "result", "retry", "snooze", "release", "cancelled", "dead"):
-        assert Outcome(1, 1, 1, kind).final  # type: ignore[arg-type]
+        assert Outcome(1, 1, 1, kind).final

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from pgqueue import Discard, JobContext, Queue, Retry, Snooze
-from pgqueue.db.queries import for_schema
+from pgqueue.db.queries import ClaimedJob, for_schema
 from pgqueue.worker.executor import Execution, Executor
-from pgqueue.worker.outcome import ClaimedJob, Outcome
+from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.threads import DaemonThreadPool
 
 _ids = itertools.count(1)
@@ -32,11 +32,6 @@ class NoConnections:
 
     async def async_pool(self) -> Any:
         raise AssertionError("no ctx.transaction() in these tests")
-
-
-@pytest.fixture
-def q() -> Queue:
-    return Queue(dsn="postgresql://nobody@127.0.0.1:1/never-used")
 
 
 @pytest.fixture

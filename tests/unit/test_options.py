@@ -11,11 +11,6 @@ from pgqueue import ConfigurationError, Queue
 from pgqueue.options import ENQUEUE_OPTIONS, TASK_OPTIONS, JobOptions, retry_intervals
 
 
-@pytest.fixture
-def q() -> Queue:
-    return Queue(dsn="postgresql://nobody@127.0.0.1:1/never-used")
-
-
 def test_defaults() -> None:
     options = JobOptions()
     assert (options.queue, options.priority, options.max_attempts) == ("default", 0, 3)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
 import pytest
 
 from pgqueue import ConfigurationError, Queue
-from pgqueue.worker.runner import WorkerSettings
+from pgqueue.worker import WorkerSettings
 
 
 def test_defaults_follow_the_contract() -> None:
@@ -27,7 +30,10 @@ def test_heartbeats_every_third_of_the_lease() -> None:
     from pgqueue.db.queries import for_schema
     from pgqueue.worker.heartbeat import Heartbeat
 
-    heartbeat = Heartbeat(connect=lambda: None, queries=for_schema("pgqueue"),
+    async def never() -> psycopg.AsyncConnection[Any]:
+        raise AssertionError("no heartbeat runs here")
+
+    heartbeat = Heartbeat(connect=never, queries=for_schema("pgqueue"),
                           registration={}, lease=30.0, running=list,
                           on_lease_lost=lambda e: None, on_cancel_requested=lambda e: None)
     assert heartbeat.interval == 10.0

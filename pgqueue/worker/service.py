@@ -1,0 +1,157 @@
+"""The runtime every worker service shares: its connection, its loop, its retry policy.
+
+A service (producer, completer, heartbeat, listener, maintenance) is a class with a
+small protocol:
+
+* :meth:`Service.wait` — until the next round is due (a timer, work arriving); no
+  database here;
+* :meth:`Service.run_once` — one round of work on the service's own connection;
+* :meth:`Service.failed` — the warning to log when a round failed and will be retried.
+
+The runtime does the rest, once for all of them: :meth:`Service.run` loops ``wait`` and
+``run_once``; a round that fails with a retryable database error (the one classifier is
+:func:`pgqueue.worker.backoff.is_retryable`) closes the connection, logs the first line
+of the error and runs again after a jittered, capped exponential backoff, reconnecting
+first; any other error ends the service and, through the runner, the worker.
+:meth:`start` and :meth:`stop` let the runner start and stop every service in one loop.
+A new service (a scheduler, a limiter, metrics) is one more subclass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
+
+import psycopg
+
+from pgqueue.worker.backoff import Backoff, is_retryable
+from pgqueue.worker.connections import Connect
+
+logger = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (libpq's run to several), or
+    the exception's type when it has no message."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+async def retrying(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    backoff: Backoff,
+    on_failure: Callable[[Exception, float], float],
+) -> T:
+    """``attempt()`` until it succeeds: the retry policy of every worker connection.
+
+    A retryable database error calls ``on_failure(error, delay)`` with the next backoff
+    delay; it logs and returns the delay to wait (or raises to give up). Any other error
+    propagates at once. A success resets ``backoff``.
+    """
+    while True:
+        try:
+            result = await attempt()
+        except Exception as exc:
+            if not is_retryable(exc):
+                raise
+            await asyncio.sleep(on_failure(exc, backoff.next_delay()))
+        else:
+            backoff.reset()
+            return result
+
+
+class Service:
+    """One long-running part of the worker, with a connection of its own.
+
+    Subclasses set :attr:`name` and :attr:`failure` and implement :meth:`run_once`;
+    most also implement :meth:`wait`.
+    """
+
+    # The asyncio task is named "pgqueue-<name>".
+    name: ClassVar[str]
+    # The warning when a round failed: str.format with the error's first line and the
+    # delay before the next try.
+    failure: ClassVar[str] = "{name} failed ({error}); retrying in {delay:.2f} s."
+
+    def __init__(self, *, connect: Connect, backoff: Backoff) -> None:
+        self._connect = connect
+        self.backoff = backoff
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._task: asyncio.Task[None] | None = None
+        # True once the service has nothing more to do (a burst worker's producer).
+        self.finished = False
+
+    # -- the protocol ----------------------------------------------------------------------
+
+    async def wait(self) -> None:
+        """Return when the next round is due (default: at once)."""
+
+    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """One round of work; raise to fail it (a retryable error means: again, later)."""
+        raise NotImplementedError
+
+    def failed(self, error: str, delay: float) -> str:
+        """Take note of a failed round; return the warning to log."""
+        return self.failure.format(name=self.name.capitalize(), error=error, delay=delay)
+
+    # -- the runtime -------------------------------------------------------------------------
+
+    async def connection(self) -> psycopg.AsyncConnection[Any]:
+        """The service's connection, opened now if it is closed."""
+        if self._conn is None or self._conn.closed:
+            self._conn = await self._connect()
+        return self._conn
+
+    async def close(self) -> None:
+        """Close the connection (the next round opens a new one)."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    async def run(self) -> None:
+        """Rounds until :attr:`finished` or cancelled; the connection is closed at the end."""
+        try:
+            while not self.finished:
+                await self.wait()
+                await retrying(self.round, backoff=self.backoff, on_failure=self._failure)
+        finally:
+            await self.close()
+
+    async def round(self) -> None:
+        """One :meth:`run_once` on the service's connection; a failed round closes it, so
+        the next one starts on a new connection."""
+        try:
+            await self.run_once(await self.connection())
+        except Exception:
+            await self.close()
+            raise
+
+    def _failure(self, exc: Exception, delay: float) -> float:
+        logger.warning("%s", self.failed(first_line(exc), delay))
+        return delay
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the service in a task of the running loop; returns the task."""
+        self._task = asyncio.create_task(self.run(), name=f"pgqueue-{self.name}")
+        return self._task
+
+    async def stop(self) -> None:
+        """Cancel the service's task and wait for it to end (its connection closed).
+
+        Its error, if it died of one, is not raised here: the runner reported it when the
+        task ended.
+        """
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            # gather, not a bare await: the task's own error or cancellation stays in the
+            # task, while a cancellation of the caller still reaches the caller.
+            await asyncio.gather(task, return_exceptions=True)
+        await self.close()

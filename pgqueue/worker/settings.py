@@ -1,0 +1,66 @@
+"""How a worker runs: :class:`WorkerSettings`, validated once, with one-line errors.
+
+``pgq worker``'s options and ``Queue.run_worker(**settings)`` both end here. The lease,
+rescue and shutdown defaults come from ``worker/timings.py``, where the lease rules'
+timings are explained together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pgqueue.errors import ConfigurationError
+from pgqueue.settings import parse_duration
+from pgqueue.worker import timings
+
+
+class WorkerSettings(BaseModel):
+    """How a worker runs. Durations accept seconds or strings like ``30s``, ``5m``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    concurrency: int = Field(default=8, ge=1, le=10_000)
+    queues: list[str] = Field(default_factory=list)
+    poll_interval: float = 5.0
+    lease: float = timings.DEFAULT_LEASE
+    shutdown_timeout: float = timings.DEFAULT_SHUTDOWN_TIMEOUT
+    connect_timeout: float = 30.0
+    burst: bool = False
+    install_signal_handlers: bool = True
+    rescue_interval: float = timings.DEFAULT_RESCUE_INTERVAL
+    prune_interval: float = timings.DEFAULT_PRUNE_INTERVAL
+    completion_flush_interval: float = 0.002
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ())) or "worker setting"
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigurationError(f"invalid worker setting {where}: {message}") from None
+
+    @field_validator("poll_interval", "lease", "shutdown_timeout", "connect_timeout",
+                     "rescue_interval", "prune_interval", "completion_flush_interval",
+                     mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value, what="duration")
+
+    @field_validator("lease")
+    @classmethod
+    def _lease_floor(cls, value: float) -> float:
+        if value < timings.LEASE_FLOOR:
+            raise ValueError(f"lease must be at least {timings.LEASE_FLOOR:g} second")
+        return value
+
+    @field_validator("queues", mode="before")
+    @classmethod
+    def _split_queues(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, list | tuple):
+            return [part for part in value if part]
+        return value

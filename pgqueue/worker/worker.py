@@ -1,0 +1,306 @@
+"""The worker: starts its services, handles signals, shuts down cleanly.
+
+Services (``worker/service.py``; each in its own module, each with its own connection
+from ``worker/connections.py``): producer (claims) → executor (runs; no SQL) → completer
+(writes outcomes, fenced); heartbeat (leases, worker row); listener (NOTIFY wake-ups);
+maintenance (rescuer, pruner).
+
+Shutdown (SIGTERM or SIGINT): stop claiming; let running jobs finish for up to
+``shutdown_timeout``; then stop the rest and release them to ``queued`` at once with the
+attempt given back; write every outcome; remove the worker row; exit 0. A second SIGINT
+exits at once and leaves the rest to lease expiry. The bounds on each step are in
+``worker/timings.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from pgqueue.db.migrate import check_schema_async
+from pgqueue.db.names import notify_channel
+from pgqueue.errors import DatabaseUnavailable
+from pgqueue.worker import timings
+from pgqueue.worker.backoff import Backoff
+from pgqueue.worker.completer import Completer
+from pgqueue.worker.connections import CLAIMS, COMPLETIONS, TaskConnections, WorkerConnections
+from pgqueue.worker.executor import Execution, Executor
+from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.listener import Listener
+from pgqueue.worker.maintenance import Maintenance
+from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.producer import Producer
+from pgqueue.worker.service import Service, first_line, retrying
+from pgqueue.worker.settings import WorkerSettings
+from pgqueue.worker.threads import DaemonThreadPool
+
+if TYPE_CHECKING:
+    from pgqueue.db.queries import ClaimedJob
+    from pgqueue.queue import Queue
+
+logger = logging.getLogger("pgqueue.worker")
+
+
+class Worker:
+    """One worker: its services and its lifecycle, in the running event loop.
+
+    ``await worker.run()`` runs until :meth:`request_stop` (or SIGTERM/SIGINT when
+    ``install_signal_handlers``) and returns the exit status, 0 for a clean stop.
+    ``Queue.run_worker()`` does that in a new event loop; :class:`BackgroundWorker` in a
+    thread.
+    """
+
+    def __init__(self, queue: Queue, settings: WorkerSettings) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.dsn = queue.dsn
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.executions: dict[int, Execution] = {}
+        self._stop = asyncio.Event()
+        self._interrupts = 0
+        queries = queue.queries
+        self.connections = WorkerConnections(self.dsn, self.id)
+        self.threads = DaemonThreadPool(settings.concurrency)
+        self.task_connections = TaskConnections(self.dsn, settings.concurrency)
+        self.completer = Completer(
+            connect=self.connections.connector(COMPLETIONS), queries=queries,
+            on_recorded=self._recorded, flush_interval=settings.completion_flush_interval,
+        )
+        self.executor = Executor(
+            tasks=queue.tasks, worker_id=self.id, queries=queries, threads=self.threads,
+            report_progress=self._report_progress, connections=self.task_connections,
+        )
+        self.heartbeat = Heartbeat(
+            connect=self.connections.connector(), queries=queries, lease=settings.lease,
+            registration={
+                "worker_id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
+                "queues": settings.queues, "concurrency": settings.concurrency,
+            },
+            running=lambda: list(self.executions.values()),
+            on_lease_lost=self._lease_lost, on_cancel_requested=self._cancel_requested,
+        )
+        self.producer = Producer(
+            connect=self.connections.connector(CLAIMS), queries=queries, worker_id=self.id,
+            queues=settings.queues,
+            lease=settings.lease, poll_interval=settings.poll_interval,
+            free_slots=lambda: settings.concurrency - len(self.executions),
+            start=self._start, healthy=lambda: self.heartbeat.healthy,
+            burst=settings.burst, is_idle=self._is_idle,
+        )
+        self.listener = Listener(
+            connect=self.connections.connector(), channel=notify_channel(queue.schema),
+            queues=frozenset(settings.queues), wake=self.producer.wake,
+        )
+        self.maintenance = Maintenance(
+            connect=self.connections.connector(), queries=queries,
+            rescue_interval=settings.rescue_interval, prune_interval=settings.prune_interval,
+        )
+        # Started in this order and stopped in the reverse; the producer, which gives the
+        # others work, starts last and stops first.
+        self.services: list[Service] = [
+            self.completer, self.heartbeat, self.listener, self.maintenance, self.producer,
+        ]
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set once the worker is registered and listening for wake-ups (cleared while
+        its listen connection is being re-established)."""
+        return self.listener.listening
+
+    @property
+    def sleeping(self) -> asyncio.Event:
+        """Set while the worker has nothing to claim and waits for a wake-up: a NOTIFY,
+        the next scheduled job, or the poll interval."""
+        return self.producer.sleeping
+
+    # -- executions ---------------------------------------------------------------------
+
+    def _start(self, job: ClaimedJob) -> None:
+        stale = self.executions.get(job.id)
+        if stale is not None and stale.job.token != job.token:
+            # We claimed a job we still run: our lease on the older claim was lost (the
+            # rescuer requeued it, or the claim was lost in a PostgreSQL crash) before a
+            # heartbeat told us. Stop that run now, or it would go on unseen: outside the
+            # concurrency count and never released.
+            self._lease_lost(stale)
+        execution = self.executor.prepare(job)
+        self.executions[job.id] = execution
+        task = asyncio.create_task(self.executor.run(execution), name=f"pgqueue-job-{job.id}")
+        execution.asyncio_task = task
+        task.add_done_callback(lambda done: self._finished(execution, done))
+
+    def _finished(self, execution: Execution, done: asyncio.Task[Outcome | None]) -> None:
+        if self.executions.get(execution.job.id) is execution:
+            del self.executions[execution.job.id]
+        self.producer.slot_freed()
+        if done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            logger.error("Job %s: the executor failed unexpectedly.", execution.job.id,
+                         exc_info=error)
+            return
+        outcome = done.result()
+        if outcome is not None:
+            self.completer.submit(outcome)
+
+    def _report_progress(self, job: ClaimedJob, value: str) -> None:
+        outcome = Outcome.of(job, "progress", progress=value)
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self.completer.submit(outcome)
+        else:  # called from a sync task's thread
+            loop.call_soon_threadsafe(self.completer.submit, outcome)
+
+    def _recorded(self, outcome: Outcome, recorded: bool) -> None:
+        """Completer callback: a job retried or snoozed for less than the poll interval
+        wakes the producer when it is due (no NOTIFY is sent for a future run_at)."""
+        if recorded and outcome.kind in ("retry", "snooze") and \
+                0 < outcome.delay < self.settings.poll_interval and self._loop is not None:
+            self._loop.call_later(outcome.delay, self.producer.wake)
+
+    def _lease_lost(self, execution: Execution) -> None:
+        logger.warning("Job %s (%s): lease lost (the job was rescued or taken by another "
+                       "worker); stopping this attempt.", execution.job.id, execution.job.task)
+        execution.ctx.lease_lost = True
+        execution.stop("lease_lost")
+
+    def _cancel_requested(self, execution: Execution) -> None:
+        if execution.cancel_reason is None:
+            logger.info("Job %s (%s): cancellation requested.", execution.job.id,
+                        execution.job.task)
+            execution.stop("cancelled")
+
+    def _is_idle(self) -> bool:
+        return not self.executions and self.completer.idle
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Begin a graceful shutdown (what SIGTERM and the first SIGINT do)."""
+        if not self._stop.is_set():
+            logger.info("Shutting down: no new jobs; waiting up to %.0f s for %d running job(s).",
+                        self.settings.shutdown_timeout, len(self.executions))
+        self._stop.set()
+
+    def _on_sigint(self) -> None:
+        self._interrupts += 1
+        if self._interrupts > 1:
+            logger.warning("Second interrupt: exiting now; leases will recover running jobs.")
+            logging.shutdown()
+            os._exit(130)
+        self.request_stop()
+
+    async def _wait_for_database(self) -> None:
+        """Connect and check the schema, retrying for ``connect_timeout``."""
+        deadline = time.monotonic() + self.settings.connect_timeout
+        backoff = Backoff(base=0.5, cap=5.0)
+
+        async def check() -> None:
+            conn = await self.connections.connect()
+            try:
+                await check_schema_async(conn, self.queue.schema)
+            finally:
+                await conn.close()
+
+        def failed(exc: Exception, delay: float) -> float:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise DatabaseUnavailable(
+                    f"could not connect to the database within "
+                    f"{self.settings.connect_timeout:g}s: {first_line(exc)}"
+                ) from None
+            delay = min(delay, remaining)
+            logger.warning("Cannot connect to the database (attempt %d: %s); retrying in "
+                           "%.1f s.", backoff.failures, first_line(exc), delay)
+            return delay
+
+        await retrying(check, backoff=backoff, on_failure=failed)
+
+    async def run(self) -> int:
+        """Run until stopped; returns the process exit status (0 for a clean stop)."""
+        self._loop = asyncio.get_running_loop()
+        await self._wait_for_database()
+        await self.heartbeat.beat()  # registers the worker row before the first claim
+        if self.settings.install_signal_handlers:
+            self._loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+            self._loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        logger.info("Worker %s started: concurrency %d, queues %s.", self.id,
+                    self.settings.concurrency, ",".join(self.settings.queues) or "(all)")
+        tasks = {service.start(): service for service in self.services}
+        stop = asyncio.create_task(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({stop, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {stop}:
+                # A service ended: a burst worker's producer found nothing more to do, or
+                # a service died, whose error this re-raises.
+                task.result()
+        finally:
+            stop.cancel()
+            await self._shutdown()
+            if self.settings.install_signal_handlers:
+                self._loop.remove_signal_handler(signal.SIGTERM)
+                self._loop.remove_signal_handler(signal.SIGINT)
+        return 0
+
+    async def _shutdown(self) -> None:
+        await self.producer.stop()  # claim nothing more
+        await self._drain()
+        try:
+            await asyncio.wait_for(self.completer.wait_idle(), timings.FINAL_FLUSH)
+        except TimeoutError:
+            logger.error("Could not record every outcome before exiting; leases will "
+                         "recover the jobs concerned.")
+        for service in reversed(self.services):
+            await service.stop()
+        await self.task_connections.close()
+        self.threads.shutdown()
+        await self._deregister()
+        logger.info("Worker %s stopped.", self.id)
+
+    async def _drain(self) -> None:
+        """Let running jobs finish within shutdown_timeout, then release the rest."""
+        running = [e.asyncio_task for e in self.executions.values() if e.asyncio_task]
+        if running:
+            _, pending = await asyncio.wait(running, timeout=self.settings.shutdown_timeout)
+            if pending:
+                logger.warning("Shutdown timeout: releasing %d unfinished job(s) back to the "
+                               "queue.", len(pending))
+                for execution in list(self.executions.values()):
+                    execution.stop("shutdown")
+                _, stuck = await asyncio.wait(pending, timeout=timings.RELEASE_WAIT)
+                for execution in list(self.executions.values()):
+                    # Async code that swallowed its cancellation: release it anyway.
+                    if execution.asyncio_task in stuck:
+                        job = execution.job
+                        self.completer.submit(Outcome.of(job, "release"))
+
+    async def _deregister(self) -> None:
+        try:
+            conn = await asyncio.wait_for(self.connections.connect(), timings.DEREGISTER_TIMEOUT)
+            try:
+                await conn.execute(self.queue.queries.delete_worker, {"worker_id": self.id})
+            finally:
+                await conn.close()
+        except Exception as exc:
+            logger.warning("Could not remove this worker's row (%s); it expires on its own.",
+                           first_line(exc))
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+
+def run(queue: Queue, settings: WorkerSettings) -> int:
+    """Run a worker for ``queue`` until stopped (blocking)."""
+    return asyncio.run(Worker(queue, settings).run())
