@@ -61,7 +61,8 @@ class BackgroundWorker:
         ready = asyncio.create_task(self.worker.ready.wait())
         await asyncio.wait({run, ready}, return_when=asyncio.FIRST_COMPLETED)
         ready.cancel()
-        self._ready.set()
+        if not run.done():
+            self._ready.set()  # else _run sets it, once self.error holds what ended the run
         return await run
 
     def start(self, timeout: float | None = 30.0) -> None:

@@ -88,12 +88,12 @@ class Completer(Service):
             await asyncio.sleep(self._flush_interval)
         self._arrived.clear()
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def run_once(self) -> None:
         """Write batches until nothing is pending (the runner waits for that at shutdown)."""
         while self._batch or self._pending:
             if not self._batch:
                 self._batch = self._take_batch()
-            await self._write(conn, self._batch)
+            await self._write(await self.connection(), self._batch)
             self._batch = []
         self._idle.set()
 

@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
-
 from pgqueue.db.queries import Queries
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
@@ -74,7 +72,8 @@ class Heartbeat(Service):
     async def wait(self) -> None:
         await asyncio.sleep(self.interval)
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def run_once(self) -> None:
+        conn = await self.connection()
         started = time.monotonic()
         candidates = [e for e in self._running() if e.started < started]
         rows = await self._queries.heartbeat.all(conn, self._params)

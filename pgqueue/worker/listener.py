@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from pgqueue.worker.backoff import Backoff
@@ -45,8 +43,9 @@ class Listener(Service):
             return True
         return any(name in self._queues for name in payload.split(","))
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Listen on ``conn`` for as long as it lives."""
+    async def run_once(self) -> None:
+        """Listen for as long as the connection lives."""
+        conn = await self.connection()
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
         # Listening again is the success that ends a run of failures: this round itself
         # lasts as long as the connection, so the runtime never sees it end.

@@ -19,9 +19,6 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any
-
-import psycopg
 
 from pgqueue.db.names import notify_channel
 from pgqueue.db.queries import Queries
@@ -62,7 +59,7 @@ class Maintenance(Service):
         jitter = timings.MAINTENANCE_JITTER
         await asyncio.sleep(self.rescue_interval * random.uniform(1 - jitter, 1 + jitter))
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def run_once(self) -> None:
         await self.rescue()
         if time.monotonic() >= self._next_prune:
             await self.prune()

@@ -30,8 +30,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-
 from pgqueue.db.queries import ClaimedJob, Queries, Query
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Connect
@@ -145,9 +143,10 @@ class Producer(Service):
             conn, self._claim_params | extra | {"limit": limit, "token": token}, prepare=True,
         )
 
-    async def _seconds_until_next_job(self, conn: psycopg.AsyncConnection[Any]) -> float:
+    async def _seconds_until_next_job(self) -> float:
         """How long until the next scheduled job is due (capped by the poll interval)."""
-        row = await self._queries.next_run_at.one(conn, {"queues": self._queues}, prepare=True)
+        row = await self._queries.next_run_at.one(
+            await self.connection(), {"queues": self._queues}, prepare=True)
         if row.next_run_at is None:
             return self.poll_interval
         due_in = (row.next_run_at - datetime.now(UTC)).total_seconds()
@@ -171,7 +170,7 @@ class Producer(Service):
         finally:
             self.sleeping.clear()
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def run_once(self) -> None:
         """One claim for the free slots; then, unless it was full, wait for more work.
 
         With ``burst``, the service finishes once nothing is ready or running.
@@ -191,7 +190,7 @@ class Producer(Service):
             elif not jobs:
                 await self._wait_burst()
             return
-        await self._idle(conn)
+        await self._idle()
 
     async def _can_claim(self) -> bool:
         """False (after waiting a little) while no slot is free or heartbeats fail."""
@@ -203,9 +202,9 @@ class Producer(Service):
             return False
         return True
 
-    async def _idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _idle(self) -> None:
         """Sleep until a NOTIFY, the next scheduled job, or the poll interval."""
-        timeout = await self._seconds_until_next_job(conn)
+        timeout = await self._seconds_until_next_job()
         started = time.monotonic()
         await self._sleep_until_woken(timeout)
         logger.debug("Producer woke after %.3f s.", time.monotonic() - started)

@@ -5,7 +5,8 @@ small protocol:
 
 * :meth:`Service.wait` — until the next round is due (a timer, work arriving); no
   database here;
-* :meth:`Service.run_once` — one round of work on the service's own connection;
+* :meth:`Service.run_once` — one round of work, on the service's own connection
+  (:meth:`Service.connection`, opened when the round first needs it);
 * :meth:`Service.failed` — the warning to log when a round failed and will be retried.
 
 The runtime does the rest, once for all of them: :meth:`Service.run` loops ``wait`` and
@@ -93,7 +94,7 @@ class Service:
     async def wait(self) -> None:
         """Return when the next round is due (default: at once)."""
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def run_once(self) -> None:
         """One round of work; raise to fail it (a retryable error means: again, later)."""
         raise NotImplementedError
 
@@ -125,10 +126,10 @@ class Service:
             await self.close()
 
     async def round(self) -> None:
-        """One :meth:`run_once` on the service's connection; a failed round closes it, so
-        the next one starts on a new connection."""
+        """One :meth:`run_once`; a failed round closes the connection, so the next one
+        starts on a new connection."""
         try:
-            await self.run_once(await self.connection())
+            await self.run_once()
         except Exception:
             await self.close()
             raise

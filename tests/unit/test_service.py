@@ -44,8 +44,8 @@ class Scripted(Service):
         self.outcomes = outcomes
         self.rounds: list[int] = []  # which connection each round ran on
 
-    async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.rounds.append(cast("FakeConnection", conn).number)
+    async def run_once(self) -> None:
+        self.rounds.append(cast("FakeConnection", await self.connection()).number)
         outcome = self.outcomes.pop(0)
         if not self.outcomes:
             self.finished = True
@@ -85,8 +85,8 @@ async def test_an_error_that_is_not_retryable_ends_the_service() -> None:
 
 async def test_stop_cancels_the_running_service_and_closes_its_connection() -> None:
     class Forever(Scripted):
-        async def run_once(self, conn: psycopg.AsyncConnection[Any]) -> None:
-            self.rounds.append(cast("FakeConnection", conn).number)
+        async def run_once(self) -> None:
+            self.rounds.append(cast("FakeConnection", await self.connection()).number)
             await asyncio.Event().wait()
 
     service = Forever([])
