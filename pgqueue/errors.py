@@ -125,3 +125,13 @@ class Discard(Exception):
     def __init__(self, reason: str = "discarded by the task") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (libpq's run to several), or
+    the exception's type when it has no message: how a log line or a one-line error
+    names what went wrong."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__

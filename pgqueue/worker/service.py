@@ -27,21 +27,13 @@ from typing import Any, ClassVar, TypeVar
 
 import psycopg
 
+from pgqueue.errors import first_line
 from pgqueue.worker.backoff import Backoff, is_retryable
 from pgqueue.worker.connections import Connect
 
 logger = logging.getLogger("pgqueue.worker")
 
 T = TypeVar("T")
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message (libpq's run to several), or
-    the exception's type when it has no message."""
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
 
 
 async def retrying(
@@ -71,8 +63,8 @@ async def retrying(
 class Service:
     """One long-running part of the worker, with a connection of its own.
 
-    Subclasses set :attr:`name` and :attr:`failure` and implement :meth:`run_once`;
-    most also implement :meth:`wait`.
+    Subclasses set :attr:`name` and implement :meth:`run_once`; most also implement
+    :meth:`wait`, and set :attr:`failure` or override :meth:`failed` for their warning.
     """
 
     # The asyncio task is named "pgqueue-<name>".

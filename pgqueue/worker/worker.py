@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from pgqueue.db.migrate import check_schema_async
 from pgqueue.db.names import notify_channel
-from pgqueue.errors import DatabaseUnavailable
+from pgqueue.errors import DatabaseUnavailable, first_line
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.completer import Completer
@@ -36,7 +36,7 @@ from pgqueue.worker.listener import Listener
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.producer import Producer
-from pgqueue.worker.service import Service, first_line, retrying
+from pgqueue.worker.service import Service, retrying
 from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.threads import DaemonThreadPool
 

@@ -15,8 +15,9 @@ from typing import Any, cast
 import psycopg
 import pytest
 
+from pgqueue.errors import first_line
 from pgqueue.worker.backoff import Backoff
-from pgqueue.worker.service import Service, first_line, retrying
+from pgqueue.worker.service import Service, retrying
 
 
 class FakeConnection:
