@@ -16,10 +16,9 @@ from typer.core import TyperGroup
 import pgqueue
 
 from . import dead, demo, enqueue, jobs, migrate, monitoring, worker
-from .context import CliContext
+from .context import CliContext, connected
 from .errors import one_line_error
 from .logs import configure_logging
-from .options import DsnOption, EmbeddedOption, SchemaOption
 
 
 class PgqGroup(TyperGroup):
@@ -62,11 +61,9 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
+@connected(json=False)
 def root(
-    ctx: typer.Context,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
+    context: CliContext,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
@@ -74,7 +71,6 @@ def root(
 ) -> None:
     """Connection options given here apply to the command that follows."""
     configure_logging("warning")
-    ctx.obj = CliContext().merged(dsn=dsn, embedded=embedded, schema=schema)
 
 
 migrate.register(app)

@@ -8,9 +8,12 @@ library's job, and it only happens when a command actually needs the database.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 import typer
 
@@ -18,6 +21,7 @@ from pgqueue import Queue
 from pgqueue.settings import EMBEDDED
 
 from .loading import load_queue
+from .options import DsnOption, EmbeddedOption, JsonOption, SchemaOption
 
 
 @dataclass(frozen=True)
@@ -94,3 +98,59 @@ def cli_context(
     """The context for the running command: the root's options merged with its own."""
     base = ctx.find_object(CliContext) or CliContext()
     return base.merged(dsn=dsn, embedded=embedded, schema=schema, json=json)
+
+
+def _option(name: str, annotation: object, default: object) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
+
+
+# The options every command that reaches a database takes (also before the command, on
+# the root group), and the one of commands that print data.
+_CONNECTION = (
+    _option("dsn", DsnOption, None),
+    _option("embedded", EmbeddedOption, False),
+    _option("schema", SchemaOption, None),
+)
+_JSON = _option("as_json", JsonOption, False)
+_CTX = _option("ctx", typer.Context, inspect.Parameter.empty)
+
+Body = Callable[..., None]
+
+
+def connected(*, json: bool) -> Callable[[Body], Body]:
+    """Give a command (or group) ``--dsn``, ``--embedded``, ``--schema`` and, with
+    ``json=True``, ``--json``; its first parameter receives the :class:`CliContext` they
+    make, merged with the enclosing group's, instead of each command declaring them again.
+
+    Typer reads a command's options from its signature, so the wrapper presents the
+    command's own parameters followed by these, with their annotations evaluated (the
+    modules use postponed annotations, which typer would otherwise resolve in the wrong
+    module).
+    """
+    shared = (*_CONNECTION, _JSON) if json else _CONNECTION
+
+    def decorate(body: Body) -> Body:
+        own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
+        parameters = [
+            _CTX, *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own), *shared
+        ]
+
+        @functools.wraps(body)
+        def command(ctx: typer.Context, **given: Any) -> None:
+            context = cli_context(
+                ctx, dsn=given.pop("dsn"), embedded=given.pop("embedded"),
+                schema=given.pop("schema"), json=given.pop("as_json", False),
+            )
+            # Where the commands of a group (the root's, given options before the
+            # command) find it.
+            ctx.obj = context
+            body(context, **given)
+
+        command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        del command.__wrapped__
+        return command
+
+    return decorate

@@ -7,18 +7,12 @@ from typing import Annotated
 
 import typer
 
+from pgqueue.dead_jobs import DeadRetryResult
 from pgqueue.settings import parse_duration
 
-from .context import cli_context
-from .options import (
-    DsnOption,
-    EmbeddedOption,
-    JsonOption,
-    LimitOption,
-    QueueFilterOption,
-    SchemaOption,
-)
-from .output import last_line, print_json, print_table, when
+from .context import CliContext, connected
+from .options import LimitOption, QueueFilterOption
+from .output import last_line, output, print_table, when
 
 app = typer.Typer(
     help="Inspect, retry and purge dead jobs.", no_args_is_help=True, rich_markup_mode=None
@@ -26,23 +20,14 @@ app = typer.Typer(
 
 
 @app.command("list")
+@connected(json=True)
 def list_dead(
-    ctx: typer.Context,
-    queue_name: QueueFilterOption = None,
-    limit: LimitOption = 50,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
+    context: CliContext, queue_name: QueueFilterOption = None, limit: LimitOption = 50
 ) -> None:
     """Dead jobs, most recently failed first."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
     with context.session() as queue:
         found = queue.dead_jobs(queue=queue_name, limit=limit)
-    if context.json:
-        print_json([job.to_dict() for job in found])
-        return
-    print_table(
+    output(context, found, lambda: print_table(
         ["id", "queue", "task", "attempts", "failed_at", "error"],
         (
             [job.id, job.queue, job.task, job.attempts, when(job.failed_at),
@@ -51,12 +36,13 @@ def list_dead(
         ),
         empty="No dead jobs.",
         right=("id", "attempts"),
-    )
+    ))
 
 
 @app.command("retry")
+@connected(json=True)
 def retry_dead(
-    ctx: typer.Context,
+    context: CliContext,
     job_ids: Annotated[
         list[int] | None,
         typer.Argument(help="Ids of the dead jobs to retry.", show_default=False,
@@ -65,15 +51,7 @@ def retry_dead(
     retry_all: Annotated[
         bool, typer.Option("--all", help="Retry every dead job (or every one of --queue).")
     ] = False,
-    queue_name: Annotated[
-        str | None,
-        typer.Option("--queue", "-q", metavar="QUEUE", show_default=False,
-                     help="With --all: only this queue's dead jobs."),
-    ] = None,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
+    queue_name: QueueFilterOption = None,
 ) -> None:
     """Put dead jobs back on their queue, keeping their ids (attempts start again at 0).
 
@@ -81,50 +59,43 @@ def retry_dead(
     refusal is reported on stderr, and a refused ID named on the command line makes the
     exit status 1.
     """
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
     if bool(job_ids) == retry_all:
         raise typer.BadParameter("give job ids or --all (not both)", param_hint="'ID'")
     if queue_name is not None and not retry_all:
         raise typer.BadParameter("--queue applies to --all only", param_hint="'--queue'")
     with context.session() as queue:
         outcome = queue.retry_dead(None if retry_all else job_ids, queue=queue_name)
-    if context.json:
-        print_json({
-            "retried": outcome.retried,
-            "refused": [{"id": i, "reason": r} for i, r in sorted(outcome.refused.items())],
-        })
-    else:
-        for job_id in outcome.retried:
-            typer.echo(f"Retried dead job {job_id}: queued again.")
-        if not outcome.retried and not outcome.refused:
-            typer.echo("No dead jobs to retry.")
-    for job_id, reason in sorted(outcome.refused.items()):
+    output(context, outcome, lambda: _retried(outcome))
+    for job_id in sorted(outcome.refused):
+        reason = outcome.refused[job_id].message
         print(f"error: cannot retry dead job {job_id}: {reason}", file=sys.stderr)
     if outcome.refused and not retry_all:
         raise typer.Exit(1)
 
 
+def _retried(outcome: DeadRetryResult) -> None:
+    for job_id in outcome.retried:
+        typer.echo(f"Retried dead job {job_id}: queued again.")
+    if not outcome.retried and not outcome.refused:
+        typer.echo("No dead jobs to retry.")
+
+
 @app.command("purge")
+@connected(json=True)
 def purge_dead(
-    ctx: typer.Context,
+    context: CliContext,
     older_than: Annotated[
         str,
         typer.Option("--older-than", metavar="DURATION", show_default=False,
                      help="Delete dead jobs that failed longer ago than this (e.g. 7d)."),
     ],
     queue_name: QueueFilterOption = None,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Delete old dead jobs for good."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
     seconds = parse_duration(older_than, what="--older-than")
     with context.session() as queue:
         purged = queue.purge_dead(seconds, queue=queue_name)
-    if context.json:
-        print_json({"purged": purged})
-    else:
-        where = f" from queue {queue_name!r}" if queue_name else ""
-        typer.echo(f"Purged {purged} dead job(s){where} that failed more than {older_than} ago.")
+    where = f" from queue {queue_name!r}" if queue_name else ""
+    output(context, {"purged": purged}, lambda: typer.echo(
+        f"Purged {purged} dead job(s){where} that failed more than {older_than} ago."
+    ))

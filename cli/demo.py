@@ -34,13 +34,13 @@ from rich.text import Text
 
 from pgqueue import ConfigurationError, Queue, Task
 from pgqueue.settings import EMBEDDED, resolve_dsn
+from pgqueue.stats import QueueStats
 from pgqueue.worker import BackgroundWorker, WorkerSettings
 
 from . import demo_tasks
-from .context import CliContext, cli_context
+from .context import CliContext, connected
 from .logs import configure_logging
-from .options import DsnOption, EmbeddedOption, JsonOption, SchemaOption
-from .output import print_json
+from .output import output
 
 # How the sample jobs are split (per mille); the fast async task takes the rest.
 MIX: list[tuple[Task[Any, Any], int, str]] = [
@@ -70,7 +70,7 @@ class Summary:
         finished = self.jobs - self.unfinished
         return finished / self.elapsed_seconds if self.elapsed_seconds > 0 else 0.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The ``--json`` shape."""
         return asdict(self) | {"jobs_per_second": round(self.jobs_per_second, 1)}
 
@@ -122,16 +122,16 @@ def _choose_database(context: CliContext) -> CliContext:
         return context.merged(embedded=True)
 
 
-def _queue_counts(queue: Queue, name: str) -> dict[str, Any]:
-    for row in queue.stats():
-        if row["queue"] == name:
-            return row
-    return {}
+def _queue_counts(queue: Queue, name: str) -> QueueStats | None:
+    for entry in queue.stats():
+        if entry.queue == name:
+            return entry
+    return None
 
 
-def _status_line(counts: dict[str, Any]) -> Text:
+def _status_line(counts: QueueStats | None) -> Text:
     parts = [
-        (name, int(counts.get(name, 0)))
+        (name, getattr(counts, name) if counts is not None else 0)
         # No "retrying": the demo retries at once (a burst worker leaves later jobs behind).
         for name in ("queued", "running", "succeeded", "dead")
     ]
@@ -165,13 +165,14 @@ def _run_with_display(
         live = None
         if console is not None:
             live = stack.enter_context(
-                Live(Group(progress, _status_line({})), console=console, refresh_per_second=12)
+                Live(Group(progress, _status_line(None)), console=console,
+                     refresh_per_second=12)
             )
         while True:
             running = runner.running
             if live is not None:
                 counts = _queue_counts(queue, name)
-                done = int(counts.get("succeeded", 0)) + int(counts.get("dead", 0))
+                done = counts.succeeded + counts.dead if counts is not None else 0
                 seconds = time.monotonic() - started
                 rate = f"{done / seconds:,.0f} jobs/s" if seconds > 0.2 else ""
                 progress.update(bar, completed=done, rate=rate)
@@ -219,8 +220,9 @@ def _summary_table(summary: Summary) -> Table:
     return table
 
 
+@connected(json=True)
 def demo(
-    ctx: typer.Context,
+    context: CliContext,
     jobs: Annotated[
         int, typer.Option("--jobs", "-n", min=4, metavar="N", help="How many sample jobs to run.")
     ] = 5000,
@@ -228,15 +230,9 @@ def demo(
         int, typer.Option("--concurrency", "-c", min=1, metavar="C",
                      help="The worker's concurrency.")
     ] = 16,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Run sample jobs through a real worker and show what happens (no setup needed)."""
-    context = _choose_database(
-        cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
-    )
+    context = _choose_database(context)
     mix = job_mix(jobs)
     configure_logging("warning", job_records=False)
     console = None if context.json else Console(highlight=False)
@@ -279,15 +275,18 @@ def demo(
         summary = _summarize(queue, name, jobs, enqueue_seconds, elapsed)
     finally:
         queue.close()
-    if console is None:
-        print_json(summary.as_dict())
-        return
+    where = "--embedded" if context.explicit_dsn == EMBEDDED else "--dsn …"
+    output(context, summary, lambda: _print_summary(summary, where))
+
+
+def _print_summary(summary: Summary, where: str) -> None:
+    console = Console(highlight=False)
     console.print()
     console.print(_summary_table(summary))
-    where = "--embedded" if context.explicit_dsn == EMBEDDED else "--dsn …"
     console.print("\n[dim]Look around:[/]")
-    for command in (f"pgq stats {where}", f"pgq jobs list {where} --queue {name} --limit 10",
-                    f"pgq dead list {where} --queue {name}"):
+    for command in (f"pgq stats {where}",
+                    f"pgq jobs list {where} --queue {summary.queue} --limit 10",
+                    f"pgq dead list {where} --queue {summary.queue}"):
         console.print(f"  {command}", markup=False)
 
 

@@ -12,10 +12,15 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import cli_context
+from pgqueue.options import JobOptions
+
+from .context import CliContext, connected
 from .errors import CommandError
-from .options import AppOption, DsnOption, EmbeddedOption, JsonOption, SchemaOption
-from .output import job_summary, print_json
+from .options import AppOption
+from .output import job_summary, output
+
+# The options of a job whose task sets none (a task's own defaults win over these).
+_DEFAULTS = JobOptions()
 
 
 def parse_json_option(text: str, option: str, expected: type[list[Any] | dict[str, Any]]) -> Any:
@@ -37,8 +42,9 @@ def parse_json_option(text: str, option: str, expected: type[list[Any] | dict[st
     return value
 
 
+@connected(json=True)
 def enqueue(
-    ctx: typer.Context,
+    context: CliContext,
     task: Annotated[
         str,
         typer.Argument(metavar="TASK",
@@ -53,13 +59,13 @@ def enqueue(
     queue_name: Annotated[
         str | None,
         typer.Option("--queue", "-q", metavar="QUEUE",
-                     help="Queue (default: the task's, else 'default').",
+                     help=f"Queue (default: the task's, else {_DEFAULTS.queue!r}).",
                      show_default=False),
     ] = None,
     priority: Annotated[
         int | None,
-        typer.Option("--priority", "-p", metavar="P", help="Higher runs first (default 0).",
-                     show_default=False),
+        typer.Option("--priority", "-p", metavar="P", show_default=False,
+                     help=f"Higher runs first (default {_DEFAULTS.priority})."),
     ] = None,
     run_in: Annotated[
         str | None,
@@ -74,16 +80,12 @@ def enqueue(
     max_attempts: Annotated[
         int | None,
         typer.Option("--max-attempts", metavar="N", show_default=False,
-                     help="Attempts before the job is dead (default: the task's, else 3)."),
+                     help="Attempts before the job is dead (default: the task's, else "
+                     f"{_DEFAULTS.max_attempts})."),
     ] = None,
     app: AppOption = None,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Enqueue a job for TASK and print it."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
     positional = parse_json_option(args, "--args", list)
     keywords = parse_json_option(kwargs, "--kwargs", dict)
     given: dict[str, Any] = {
@@ -97,10 +99,7 @@ def enqueue(
     options = {name: value for name, value in given.items() if value is not None}
     with context.session(app) as queue:
         job = queue.enqueue_by_name(task, args=positional, kwargs=keywords, **options)
-    if context.json:
-        print_json(job.to_dict())
-    else:
-        typer.echo(f"Enqueued {job_summary(job)}")
+    output(context, job, lambda: typer.echo(f"Enqueued {job_summary(job)}"))
 
 
 def register(app: typer.Typer) -> None:

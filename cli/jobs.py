@@ -7,27 +7,12 @@ from typing import Annotated
 
 import typer
 
-from pgqueue import Job
+from pgqueue import Job, Queue
 
-from .context import cli_context
+from .context import CliContext, connected
 from .errors import CommandError
-from .options import (
-    DsnOption,
-    EmbeddedOption,
-    JsonOption,
-    LimitOption,
-    QueueFilterOption,
-    SchemaOption,
-)
-from .output import (
-    attempts,
-    console,
-    job_summary,
-    last_line,
-    print_json,
-    print_table,
-    when,
-)
+from .options import LimitOption, QueueFilterOption
+from .output import attempts, console, job_summary, last_line, output, print_table, when
 
 app = typer.Typer(
     help="List, inspect and cancel jobs.", no_args_is_help=True, rich_markup_mode=None
@@ -37,8 +22,9 @@ JobId = Annotated[int, typer.Argument(help="The job's id.", show_default=False, 
 
 
 @app.command("list")
+@connected(json=True)
 def list_jobs(
-    ctx: typer.Context,
+    context: CliContext,
     status: Annotated[
         str | None,
         typer.Option("--status", "-s", metavar="STATUS", show_default=False,
@@ -50,19 +36,11 @@ def list_jobs(
                      show_default=False)
     ] = None,
     limit: LimitOption = 50,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
 ) -> None:
     """Jobs, newest first (live and dead)."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
     with context.session() as queue:
         found = queue.list_jobs(status=status, queue=queue_name, task=task, limit=limit)
-    if context.json:
-        print_json([job.to_dict() for job in found])
-        return
-    print_table(
+    output(context, found, lambda: print_table(
         ["id", "queue", "task", "status", "attempts", "priority", "run_at", "created_at"],
         (
             [job.id, job.queue, job.task, job.status, attempts(job), job.priority,
@@ -71,7 +49,7 @@ def list_jobs(
         ),
         empty="No jobs match.",
         right=("id", "attempts", "priority"),
-    )
+    ))
 
 
 def _describe(job: Job) -> None:
@@ -90,47 +68,35 @@ def _describe(job: Job) -> None:
         out.print(f"\n{title}:\n{error.rstrip()}", markup=False)
 
 
-@app.command("show")
-def show_job(
-    ctx: typer.Context,
-    job_id: JobId,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """One job in full (also finds dead jobs)."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
-    with context.session() as queue:
-        job = queue.get_job(job_id)
+def _existing(queue: Queue, job_id: int) -> Job:
+    job = queue.get_job(job_id)
     if job is None:
         raise CommandError(f"no job with id {job_id}")
-    if context.json:
-        print_json(job.to_dict())
-    else:
-        _describe(job)
+    return job
+
+
+@app.command("show")
+@connected(json=True)
+def show_job(context: CliContext, job_id: JobId) -> None:
+    """One job in full (also finds dead jobs)."""
+    with context.session() as queue:
+        job = _existing(queue, job_id)
+    output(context, job, lambda: _describe(job))
 
 
 @app.command("cancel")
-def cancel_job(
-    ctx: typer.Context,
-    job_id: JobId,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@connected(json=True)
+def cancel_job(context: CliContext, job_id: JobId) -> None:
     """Cancel a job: a queued one at once, a running one at its next heartbeat."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema, json=as_json)
     with context.session() as queue:
         # Read first so that "already finished" can be told apart from "cancelled now".
-        before = queue.get_job(job_id)
-        if before is None:
-            raise CommandError(f"no job with id {job_id}")
+        before = _existing(queue, job_id)
         job = before if before.finished else queue.cancel_job(job_id)
-    if context.json:
-        print_json(job.to_dict())
-    elif before.finished:
+    output(context, job, lambda: _cancelled(job, already_finished=before.finished))
+
+
+def _cancelled(job: Job, *, already_finished: bool) -> None:
+    if already_finished:
         typer.echo(f"Nothing to cancel: {job_summary(job)}")
         if job.status == "dead":
             typer.echo(f"Last error: {last_line(job.error)}")

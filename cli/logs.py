@@ -11,8 +11,6 @@ import logging
 import sys
 from typing import Any
 
-LEVELS = ("debug", "info", "warning", "error", "critical")
-
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {
     "message", "asctime", "taskName",

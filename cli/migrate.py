@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from .context import cli_context
-from .options import DsnOption, EmbeddedOption, SchemaOption
+from .context import CliContext, connected
 
 
+@connected(json=False)
 def migrate(
-    ctx: typer.Context,
+    context: CliContext,
     sql: Annotated[
         bool,
         typer.Option(
@@ -21,12 +21,8 @@ def migrate(
             "pipe it to psql -v ON_ERROR_STOP=1.",
         ),
     ] = False,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
 ) -> None:
     """Create or upgrade the pgqueue schema (safe to run again)."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema)
     queue = context.queue()
     if sql:
         # Only the schema name matters here: the SQL is rendered offline by alembic.

@@ -1,22 +1,24 @@
 """Printing: JSON for machines (``--json``), compact tables and lines for people.
 
-JSON goes through :func:`print_json` only, so every command emits the same shapes as
-the contract's §8: job objects are ``Job.to_dict()`` (the table's columns plus
-``status``), datetimes in ISO 8601.
+Every command prints its result through :func:`output`: with ``--json`` the result's own
+``to_dict()`` (the shape an HTTP API serves too, the contract's §8: job objects are the
+table's columns plus ``status``, datetimes in ISO 8601), else the words the command gives.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
 from pgqueue import Job
+
+from .context import CliContext
 
 
 def console() -> Console:
@@ -41,9 +43,28 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def json_ready(row: dict[str, Any]) -> dict[str, Any]:
-    """A database row with datetimes as ISO strings (as ``Job.to_dict()`` does)."""
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+class JsonReady(Protocol):
+    """A result of the management layer (``Job``, ``QueueStats``, ``WorkerInfo``, …)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+Result = JsonReady | Sequence[JsonReady] | Mapping[str, Any]
+
+
+def output(context: CliContext, result: Result, text: Callable[[], object]) -> None:
+    """``result`` as JSON with ``--json``; otherwise call ``text`` to print it for people.
+
+    A mapping is printed as it is (a count, say); anything else through ``to_dict()``.
+    """
+    if not context.json:
+        text()
+    elif isinstance(result, Mapping):
+        print_json(result)
+    elif isinstance(result, Sequence):
+        print_json([item.to_dict() for item in result])
+    else:
+        print_json(result.to_dict())
 
 
 def when(value: datetime | None) -> str:

@@ -14,10 +14,23 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import cli_context
+from pgqueue.worker import WorkerSettings
+
+from .context import CliContext, connected
 from .loading import load_queue
 from .logs import configure_logging
-from .options import AppOption, DsnOption, EmbeddedOption, SchemaOption
+from .options import AppOption
+
+# The settings a worker runs with when an option is not given: the help texts quote them.
+_DEFAULTS = WorkerSettings()
+
+
+def _duration(option: str, what: str) -> Any:
+    """A duration option for the setting of the same name, passed on as text (the
+    library parses and checks it); its help quotes the setting's default."""
+    default = getattr(_DEFAULTS, option.removeprefix("--").replace("-", "_"))
+    return typer.Option(option, metavar="DURATION", show_default=False,
+                        help=f"{what} (default {default:g}s).")
 
 
 class LogLevel(StrEnum):
@@ -29,13 +42,14 @@ class LogLevel(StrEnum):
     error = "error"
 
 
+@connected(json=False)
 def worker(
-    ctx: typer.Context,
+    context: CliContext,
     app: AppOption = None,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", "-c", metavar="N", help="Jobs run at once (default 8).",
-                     show_default=False),
+        typer.Option("--concurrency", "-c", metavar="N", show_default=False,
+                     help=f"Jobs run at once (default {_DEFAULTS.concurrency})."),
     ] = None,
     queues: Annotated[
         str | None,
@@ -45,23 +59,19 @@ def worker(
     ] = None,
     shutdown_timeout: Annotated[
         str | None,
-        typer.Option("--shutdown-timeout", metavar="DURATION", show_default=False,
-                     help="On SIGTERM, wait this long for running jobs (default 30s)."),
+        _duration("--shutdown-timeout", "On SIGTERM, wait this long for running jobs"),
     ] = None,
     poll_interval: Annotated[
         str | None,
-        typer.Option("--poll-interval", metavar="DURATION", show_default=False,
-                     help="Poll this often when no notification arrives (default 5s)."),
+        _duration("--poll-interval", "Poll this often when no notification arrives"),
     ] = None,
     lease: Annotated[
         str | None,
-        typer.Option("--lease", metavar="DURATION", show_default=False,
-                     help="Lease per claimed job, renewed by heartbeats (default 30s)."),
+        _duration("--lease", "Lease per claimed job, renewed by heartbeats"),
     ] = None,
     connect_timeout: Annotated[
         str | None,
-        typer.Option("--connect-timeout", metavar="DURATION", show_default=False,
-                     help="Keep retrying an unreachable database this long (default 30s)."),
+        _duration("--connect-timeout", "Keep retrying an unreachable database this long"),
     ] = None,
     burst: Annotated[
         bool, typer.Option("--burst", help="Drain the jobs that are ready, then exit 0.")
@@ -69,16 +79,11 @@ def worker(
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Log threshold.")
     ] = LogLevel.info,
-    dsn: DsnOption = None,
-    embedded: EmbeddedOption = False,
-    schema: SchemaOption = None,
 ) -> None:
     """Run a worker: claim jobs from PostgreSQL and run them until stopped."""
-    context = cli_context(ctx, dsn=dsn, embedded=embedded, schema=schema)
     if not app:
         raise typer.BadParameter(
             "name your Queue as module:attribute, or set PGQUEUE_APP",
-            ctx=ctx,
             param_hint="'-A' / '--app'",
         )
     configure_logging(log_level.value)

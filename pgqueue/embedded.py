@@ -53,9 +53,3 @@ def embedded_dsn(directory: Path | None = None) -> str:
     logger.info("Using the embedded PostgreSQL server in %s.", base, extra={"dsn": dsn})
     return dsn
 
-
-def resolve_connectable(dsn: str) -> str:
-    """Turn ``"embedded"`` into the embedded server's DSN; pass any other DSN through."""
-    from pgqueue.settings import EMBEDDED
-
-    return embedded_dsn() if dsn == EMBEDDED else dsn

@@ -1,13 +1,13 @@
-"""Every database operation of the public API, written once as a plan (see ``db.plans``).
+"""Enqueueing, reading and cancelling jobs, written once as plans (see ``db.plans``).
 
 The Queue runs these on its own pooled connections or on the caller's connection; the
-CLI and any dashboard call the Queue, so all of them share exactly this logic.
+CLI and any dashboard call the Queue, so all of them share exactly this logic. The other
+plans of the management layer: ``pgqueue.dead_jobs`` (retry, purge) and
+``pgqueue.stats`` (per-queue counts, live workers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pgqueue.arguments import EncodedBatch
@@ -143,60 +143,3 @@ def cancel_job(queries: Queries, job_id: int) -> Plan[Row]:
     if row is None:
         raise JobNotFound(f"no job with id {job_id}")
     return row  # type: ignore[no-any-return]
-
-
-@dataclass(frozen=True)
-class DeadRetryResult:
-    """What ``retry_dead`` did: ids moved back to jobs, and ids left dead with why."""
-
-    retried: list[int]
-    refused: dict[int, str]
-
-
-def retry_dead(
-    queries: Queries, *, ids: Sequence[int] | None, queue: str | None
-) -> Plan[DeadRetryResult]:
-    """Move dead jobs back to ``queued`` keeping their ids; attempts start again at 0."""
-    params = {"ids": list(ids) if ids is not None else None, "queue": queue}
-    rows = yield Statement(queries.retry_dead_jobs, params, fetch="all")
-    retried = [row["id"] for row in rows if row["revived"]]
-    refused = {
-        row["id"]: (
-            f"idempotency key {row['idempotency_key']!r} is held by a live job; "
-            "the dead job stays where it is"
-        )
-        for row in rows
-        if not row["revived"]
-    }
-    if ids is not None:
-        found = {row["id"] for row in rows}
-        for missing in ids:
-            if missing not in found:
-                refused[missing] = "no dead job with this id"
-    return DeadRetryResult(retried, refused)
-
-
-def purge_dead(queries: Queries, *, older_than: float, queue: str | None) -> Plan[int]:
-    """Delete dead jobs that failed more than ``older_than`` seconds ago; return the count."""
-    count = yield Statement(
-        queries.purge_dead_jobs, {"older_than": older_than, "queue": queue}, fetch="rowcount"
-    )
-    return int(count)
-
-
-STAT_KEYS = (
-    "queue", "queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead",
-    "oldest_queued_age_seconds",
-)
-
-
-def queue_stats(queries: Queries) -> Plan[list[dict[str, Any]]]:
-    """Per queue: counts by API status and the age of the oldest ready job."""
-    rows = yield Statement(queries.queue_stats, {}, fetch="all")
-    return [{key: row[key] for key in STAT_KEYS} for row in rows]
-
-
-def list_workers(queries: Queries) -> Plan[list[Row]]:
-    """Live worker processes and their heartbeats."""
-    rows = yield Statement(queries.select_workers, {}, fetch="all")
-    return rows  # type: ignore[no-any-return]

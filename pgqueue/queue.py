@@ -9,31 +9,24 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from pgqueue import dead_jobs
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
 from pgqueue.db.plans import Plan, run_async, run_sync
 from pgqueue.db.queries import Queries, for_schema
+from pgqueue.dead_jobs import DeadRetryResult
 from pgqueue.errors import ConfigurationError, JobNotFound, TaskNotFound
 from pgqueue.job import API_STATUSES, Job
-from pgqueue.operations import (
-    DeadRetryResult,
-    cancel_job,
-    get_job,
-    insert_job,
-    list_jobs,
-    list_workers,
-    purge_dead,
-    queue_stats,
-    retry_dead,
-)
+from pgqueue.operations import cancel_job, get_job, list_jobs
 from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals
 from pgqueue.settings import EMBEDDED, normalize_dsn, parse_duration, resolve_dsn, resolve_schema
+from pgqueue.stats import QueueStats, WorkerInfo, list_workers, queue_stats
 from pgqueue.task import Task
 
 if TYPE_CHECKING:
@@ -205,18 +198,12 @@ class Queue:
         """Enqueue a task by name. Registered tasks validate arguments as usual; an unknown
         name is enqueued as-is (another process's worker may know it)."""
         task = self.tasks.get(name)
-        if task is not None:
-            return task.using(**options).enqueue(*(args or ()), **(kwargs or {}))
-        from pgqueue.arguments import Signature
-        from pgqueue.options import ENQUEUE_OPTIONS
-
-        call_options = JobOptions().with_options(options, ENQUEUE_OPTIONS)
-        encoded = Signature(lambda *a, **k: None, name).encode(tuple(args or ()), kwargs or {})
-        params = call_options.as_params() | {
-            "task": name, "args": encoded.args, "kwargs": encoded.kwargs,
-        }
-        row = self.run_plan(insert_job(self.queries, params), conn=options.get("conn"))
-        return Job.from_row(row, self)
+        if task is None:
+            # An unregistered Task takes any JSON arguments and the default options, and
+            # enqueues through the same TaskCall path as a registered one.
+            task = Task(self, _any_arguments, name=name, options=JobOptions(),
+                        retry_intervals=None)
+        return task.using(**options).enqueue(*(args or ()), **(kwargs or {}))
 
     # -- reading and managing jobs ----------------------------------------------------
 
@@ -261,37 +248,29 @@ class Queue:
     def retry_dead(
         self, ids: Sequence[int] | None = None, *, queue: str | None = None
     ) -> DeadRetryResult:
-        """Move dead jobs back to the queue (``ids=None`` means all, optionally one queue)."""
-        return self.run_plan(retry_dead(self.queries, ids=ids, queue=queue))
+        """Move dead jobs back to the queue (``ids=None`` means all, optionally one queue);
+        the result lists the ids retried and, for each id left dead, a typed reason."""
+        return self.run_plan(dead_jobs.retry_dead(self.queries, ids=ids, queue=queue))
 
     def retry_dead_job(self, job_id: int) -> Job:
-        """Retry one dead job; raises JobNotFound or DuplicateJob with the reason."""
-        from pgqueue.errors import DuplicateJob
-
-        outcome = self.retry_dead([job_id])
-        if job_id in outcome.refused:
-            reason = outcome.refused[job_id]
-            if reason.startswith("no dead job"):
-                raise JobNotFound(f"no dead job with id {job_id}")
-            raise DuplicateJob(f"cannot retry dead job {job_id}: {reason}")
-        job = self.get_job(job_id)
-        assert job is not None
-        return job
+        """Retry one dead job and return it; raises JobNotFound, or DuplicateJob when a
+        newer live job holds its idempotency key."""
+        return Job.from_row(self.run_plan(dead_jobs.retry_dead_job(self.queries, job_id)), self)
 
     def purge_dead(self, older_than: float | str | timedelta, *, queue: str | None = None) -> int:
         """Delete dead jobs that failed more than ``older_than`` ago (seconds, ``"7d"``, or a
         timedelta); returns how many."""
         seconds = parse_duration(older_than, what="older_than")
-        return self.run_plan(purge_dead(self.queries, older_than=seconds, queue=queue))
+        return self.run_plan(dead_jobs.purge_dead(self.queries, older_than=seconds, queue=queue))
 
-    def stats(self) -> list[dict[str, Any]]:
-        """Per queue: queued, scheduled, retrying, running, succeeded, cancelled, dead, and
-        the age in seconds of the oldest ready job."""
+    def stats(self) -> list[QueueStats]:
+        """Per queue, by name: queued, scheduled, retrying, running, succeeded, cancelled,
+        dead, and the age in seconds of the oldest ready job."""
         return self.run_plan(queue_stats(self.queries))
 
-    def workers(self) -> list[dict[str, Any]]:
-        """Live worker processes."""
-        return self.run_plan(list_workers(self.queries))
+    def workers(self) -> list[WorkerInfo]:
+        """Worker processes (alive, or expired and about to be removed), oldest first."""
+        return self.run_plan(list_workers(self.queries, now=datetime.now(UTC)))
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -326,6 +305,10 @@ class Queue:
         from pgqueue.worker.settings import WorkerSettings
 
         return WorkerSettings(**settings)
+
+
+def _any_arguments(*args: Any, **kwargs: Any) -> None:
+    """The signature of a task this process does not know: any JSON arguments."""
 
 
 __all__ = ["JobNotFound", "Queue"]

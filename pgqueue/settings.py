@@ -8,7 +8,6 @@ Nothing here falls back silently: a missing or malformed value raises
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import timedelta
 
@@ -27,14 +26,14 @@ _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 class EnvironmentSettings(BaseSettings):
-    """The environment variables pgqueue reads (and nothing else)."""
+    """The environment variables the library reads (and nothing else; ``pgq`` also reads
+    ``PGQUEUE_APP``, as the default of its ``-A`` option)."""
 
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", case_sensitive=False)
 
     pgqueue_dsn: str | None = Field(default=None)
     database_url: str | None = Field(default=None)
     pgqueue_schema: str | None = Field(default=None)
-    pgqueue_app: str | None = Field(default=None)
 
 
 def resolve_dsn(explicit: str | None = None) -> str:
@@ -124,7 +123,3 @@ def parse_duration(value: str | float | int | timedelta, *, what: str = "duratio
         raise ConfigurationError(f"invalid {what} {value!r}: must not be negative")
     return seconds
 
-
-def environment_app() -> str | None:
-    """The ``PGQUEUE_APP`` value (``module:queue``), if set."""
-    return EnvironmentSettings().pgqueue_app or os.environ.get("PGQUEUE_APP") or None

@@ -38,9 +38,9 @@ from typing import Any
 import psycopg
 
 from tests._polling import wait_until
+from tests.e2e._pgq import clean_environment, pgq_executable
 
 APPS = Path(__file__).parent / "apps"
-REPO = Path(__file__).resolve().parents[2]
 
 # Tables the chaos tasks write to (see apps/chaos_tasks.py). No keys on purpose:
 # duplicates must be countable, not rejected.
@@ -67,17 +67,6 @@ def create_chaos_tables(dsn: str) -> None:
     """Create ``chaos_runs`` and ``chaos_effects`` in the test's database."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(CHAOS_TABLES)
-
-
-def pgq_executable() -> str:
-    """The ``pgq`` console script of the Python running the tests (a venv's in CI)."""
-    beside = Path(sys.executable).parent / "pgq"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("pgq")
-    if found is None:
-        raise RuntimeError("no pgq console script: pip install -e '.[dev]'")
-    return found
 
 
 def free_port() -> int:
@@ -187,13 +176,7 @@ class Processes:
         ]
         if netns is not None:
             command = ["ip", "netns", "exec", netns, *command]
-        env = {
-            key: value for key, value in os.environ.items()
-            if key not in ("PGQUEUE_DSN", "DATABASE_URL", "PGQUEUE_SCHEMA", "PGQUEUE_APP")
-        }
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(APPS), str(REPO), *filter(None, [env.get("PYTHONPATH")])]
-        )
+        env = clean_environment(APPS)
         env["CHAOS_RECORD_DSN"] = record_dsn or dsn
         env["PYTHONUNBUFFERED"] = "1"
         log_path = self.directory / f"{name}-{len(self.workers) + 1}.log"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,3 +58,19 @@ def network_lab() -> Iterator[NetworkLab]:
         yield lab
     finally:
         lab.destroy()
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A fresh working directory for a ``pgq`` process (``--embedded`` puts its
+    ``.pgqueue/`` there), removed afterwards.
+
+    Not pytest's ``tmp_path``: several pytest sessions share this machine, and each
+    prunes the older ``/tmp/pytest-of-<user>/pytest-N`` directories of the others, which
+    pulled the data directory from under a starting server.
+    """
+    path = Path(tempfile.mkdtemp(prefix="pgq-cli-e2e-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,36 +1,39 @@
 """End-to-end tests of the ``pgq`` command line: real ``pgq`` processes, real databases.
 
-Every test runs the installed console script in a subprocess with a clean environment
-(no ``PGQUEUE_DSN``/``DATABASE_URL``/``PGQUEUE_APP`` leaking in from the developer's
-shell), against the database of the ``dsn`` fixture (migrated) or ``empty_dsn``.
-Worker tests import their tasks from ``tests/e2e/apps/cli_tasks.py``, which is why the
-repository root goes on the subprocess's ``PYTHONPATH``.
+Every test runs the installed console script through ``tests/e2e/_pgq.py`` (a clean
+environment, the repository on ``PYTHONPATH``) against the database of the ``dsn``
+fixture (migrated) or ``empty_dsn``. Worker tests import their tasks from
+``tests/e2e/apps/cli_tasks.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests._database import find_psql
 from tests._polling import wait_until
+from tests.e2e._pgq import (
+    APP,
+    REPO,
+    TIMEOUT,
+    UNREACHABLE_DSN,
+    assert_one_line_error,
+    clean_environment,
+    json_of,
+    ok,
+    pgq,
+    pgq_executable,
+    stderr_lines,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-APP = "tests.e2e.apps.cli_tasks:queue"
-TIMEOUT = 120
-# An address nothing listens on: connection refused at once.
-UNREACHABLE_DSN = "postgresql://postgres@127.0.0.1:1/nothing"
 JOB_KEYS = {
     "id", "queue", "task", "args", "kwargs", "status", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
@@ -44,65 +47,6 @@ WORKER_KEYS = {
     "status",
 }
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
-
-
-def pgq_executable() -> str:
-    """The ``pgq`` console script of this interpreter's environment."""
-    beside = Path(sys.executable).with_name("pgq")
-    found = str(beside) if beside.exists() else shutil.which("pgq")
-    if found is None:
-        pytest.fail("the pgq console script is not installed (pip install -e '.[dev]')")
-    return found
-
-
-def clean_environment() -> dict[str, str]:
-    """This process's environment without pgqueue's settings, plus the repo on PYTHONPATH."""
-    env = {
-        key: value for key, value in os.environ.items()
-        if key not in {"PGQUEUE_DSN", "DATABASE_URL", "PGQUEUE_APP", "PGQUEUE_SCHEMA"}
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env["COLUMNS"] = "120"
-    return env
-
-
-def pgq(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``pgq ARGS`` to completion and return its result (never raises on failure)."""
-    return subprocess.run(
-        [pgq_executable(), *args], capture_output=True, text=True, timeout=timeout,
-        cwd=cwd or REPO, env=env or clean_environment(), check=False,
-    )
-
-
-def ok(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """Run ``pgq ARGS`` and insist that it succeeded."""
-    result = pgq(*args, **kwargs)
-    assert result.returncode == 0, (
-        f"pgq {' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\n"
-        f"stderr:\n{result.stderr}"
-    )
-    return result
-
-
-def json_of(*args: str, **kwargs: Any) -> Any:
-    """Run ``pgq ARGS --json`` and parse its stdout."""
-    return json.loads(ok(*args, "--json", **kwargs).stdout)
-
-
-def stderr_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
-    return [line for line in result.stderr.splitlines() if line.strip()]
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> str:
-    """Non-zero exit, exactly one stderr line ``error: …`` containing every fragment."""
-    lines = stderr_lines(result)
-    assert result.returncode == 1, (result.returncode, result.stderr)
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def enqueue(dsn: str, task: str, *options: str) -> dict[str, Any]:
@@ -245,6 +189,19 @@ def test_workers_lists_a_running_worker_then_sigterm_drains(dsn: str) -> None:
     assert json_of("workers", "--dsn", dsn) == []
 
 
+def test_workers_shows_a_worker_whose_row_lease_ran_out_as_expired(
+    dsn: str, conn: psycopg.Connection[Any]
+) -> None:
+    conn.execute("INSERT INTO pgqueue.workers (id, hostname, pid, concurrency, "
+                 "last_heartbeat_at, lease_expires_at) VALUES ('gone:1:x', 'gone', 1, 4, "
+                 "now() - interval '1 minute', now() - interval '1 second')")
+    rows = json_of("workers", "--dsn", dsn)
+    assert [(row["id"], row["status"], row["queues"]) for row in rows] == [
+        ("gone:1:x", "expired", [])]
+    human = ok("workers", "--dsn", dsn).stdout
+    assert re.search(r"gone:1:x .* \(all\) .* \d+s ago +expired", human), human
+
+
 # -- connection errors -----------------------------------------------------------------
 
 
@@ -374,7 +331,12 @@ def test_dead_list_retry_and_purge(dsn: str) -> None:
     revived = json_of("jobs", "show", str(plain["id"]), "--dsn", dsn)
     assert (revived["status"], revived["attempts"]) == ("queued", 0)
 
-    assert_one_line_error(pgq("dead", "retry", "424242", "--dsn", dsn), "424242")
+    assert_one_line_error(pgq("dead", "retry", "424242", "--dsn", dsn), "424242",
+                          "no dead job with this id")
+    missing = pgq("dead", "retry", "424242", "--json", "--dsn", dsn)
+    assert json.loads(missing.stdout) == {
+        "retried": [], "refused": [{"id": 424242, "reason": "no dead job with this id"}]}
+    assert_one_line_error(missing, "424242")
 
     # --all reports the refused job but is not an error; --queue narrows it.
     outcome = json_of("dead", "retry", "--all", "--queue", "mail", "--dsn", dsn)
@@ -415,21 +377,6 @@ def test_stats_json_shape(dsn: str) -> None:
 
 
 # -- demo ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    """A fresh directory for ``--embedded`` runs (their ``.pgqueue/`` lands in it).
-
-    Not pytest's ``tmp_path``: several pytest sessions share this machine, and each
-    prunes the older ``/tmp/pytest-of-<user>/pytest-N`` directories of the others, which
-    pulled the data directory from under a starting server.
-    """
-    path = Path(tempfile.mkdtemp(prefix="pgq-cli-e2e-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def check_demo_summary(summary: dict[str, Any], jobs: int) -> None:

@@ -55,8 +55,8 @@ async def test_enqueue_run_and_read_jobs(aq: Queue, dsn: str) -> None:
     found = await aq.get_job_async(dead.id)
     assert found is not None
     assert found.status == "dead"
-    stats = {entry["queue"]: entry for entry in await asyncio.to_thread(aq.stats)}
-    assert (stats["default"]["succeeded"], stats["default"]["dead"]) == (3, 1)
+    stats = {entry.queue: entry for entry in await asyncio.to_thread(aq.stats)}
+    assert (stats["default"].succeeded, stats["default"].dead) == (3, 1)
     assert (await asyncio.to_thread(aq.retry_dead_job, dead.id)).status == "queued"
 
 
@@ -74,7 +74,7 @@ async def test_wake_ups_use_the_schema_channel(aq: Queue, dsn: str) -> None:
             await ping.enqueue_async()
             await asyncio.wait_for(ran.wait(), 5)
             rows = await asyncio.to_thread(aq.workers)
-            assert [w["id"] for w in rows] == [worker.id]
+            assert [w.id for w in rows] == [worker.id]
         notify = await anext(aiter(listener.notifies(timeout=5, stop_after=1)))
         assert notify.channel == f"{SCHEMA}_jobs"
         assert notify.payload == "default"

@@ -270,6 +270,17 @@ def test_enqueue_by_name_of_an_unknown_task_inserts_it_as_given(q: Queue, dsn: s
         q.enqueue_by_name("other.service.task", args=[float("nan")])
     with pytest.raises(ConfigurationError):
         q.enqueue_by_name("other.service.task", priority="urgent")
+    # Enqueueing it does not register it: this process's worker still does not know it.
+    assert "other.service.task" not in q.tasks
+
+
+def test_enqueue_by_name_of_an_unknown_task_joins_the_callers_transaction(
+    q: Queue, dsn: str
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        job = q.enqueue_by_name("other.service.task", args=[1], conn=conn)
+        conn.rollback()
+    assert row(dsn, job.id) is None
 
 
 # -- get_job and statuses ------------------------------------------------------------------

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from pgqueue import Discard, DuplicateJob, Queue
+from pgqueue.dead_jobs import RefusalReason, RetryRefusal
 from tests.integration._worker_helpers import row, run_burst
 
 
@@ -197,7 +198,10 @@ async def test_retry_dead_refuses_a_job_whose_key_a_newer_live_job_holds(dsn: st
         assert str(dead.id) in message
         outcome = q.retry_dead([dead.id])
         assert outcome.retried == []
-        assert list(outcome.refused) == [dead.id]
+        assert outcome.refused == {
+            dead.id: RetryRefusal(dead.id, RefusalReason.KEY_HELD, "order:7")
+        }
+        assert "'order:7' is held by a live job" in outcome.refused[dead.id].message
         # The dead job stays where it is, untouched.
         assert row(dsn, dead.id, "dead_jobs") is not None
         assert row(dsn, dead.id) is None

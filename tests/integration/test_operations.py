@@ -11,6 +11,8 @@ import psycopg
 import pytest
 
 from pgqueue import ConfigurationError, Discard, JobContext, JobNotFound, Queue
+from pgqueue.dead_jobs import RefusalReason, RetryRefusal
+from pgqueue.stats import QueueStats, WorkerInfo
 from tests._polling import async_wait_until
 from tests.integration._worker_helpers import aexecute, background_worker, row, run_burst
 
@@ -60,24 +62,26 @@ def test_stats_count_jobs_per_queue_and_status(q: Queue, dsn: str) -> None:
     execute(dsn, "UPDATE pgqueue.jobs SET run_at = now() - interval '90 seconds' "
                  "WHERE queue = 'default'")
 
-    stats = {entry["queue"]: entry for entry in q.stats()}
-    assert sorted(stats) == ["default", "email", "reports"]
+    stats = {entry.queue: entry for entry in q.stats()}
+    assert list(stats) == ["default", "email", "reports"]  # ordered by name
     default = stats["default"]
-    assert (default["queued"], default["scheduled"], default["running"], default["dead"]) == (
-        3, 0, 0, 0)
-    assert 89 <= default["oldest_queued_age_seconds"] <= 120
+    assert default.oldest_queued_age_seconds is not None
+    assert 89 <= default.oldest_queued_age_seconds <= 120
+    assert default == QueueStats("default", queued=3, scheduled=0, retrying=0, running=0,
+                                 succeeded=0, cancelled=0, dead=0,
+                                 oldest_queued_age_seconds=default.oldest_queued_age_seconds)
     email = stats["email"]
-    assert {key: email[key] for key in ("queued", "scheduled", "retrying", "running",
-                                        "succeeded", "cancelled", "dead")} == {
-        "queued": 1, "scheduled": 1, "retrying": 1, "running": 1, "succeeded": 1,
-        "cancelled": 1, "dead": 0}
-    reports = stats["reports"]
-    assert (reports["queued"], reports["dead"]) == (0, 1)
-    assert reports["oldest_queued_age_seconds"] is None
-    for entry in stats.values():
-        for key in ("queue", "queued", "scheduled", "running", "succeeded", "dead",
-                    "oldest_queued_age_seconds"):
-            assert key in entry
+    assert email == QueueStats("email", queued=1, scheduled=1, retrying=1, running=1,
+                               succeeded=1, cancelled=1, dead=0,
+                               oldest_queued_age_seconds=email.oldest_queued_age_seconds)
+    assert stats["reports"] == QueueStats("reports", queued=0, scheduled=0, retrying=0,
+                                          running=0, succeeded=0, cancelled=0, dead=1,
+                                          oldest_queued_age_seconds=None)
+    # The JSON shape of pgq stats --json and of an HTTP API: exactly these keys.
+    assert stats["reports"].to_dict() == {
+        "queue": "reports", "queued": 0, "scheduled": 0, "retrying": 0, "running": 0,
+        "succeeded": 0, "cancelled": 0, "dead": 1, "oldest_queued_age_seconds": None,
+    }
 
 
 def test_stats_of_an_empty_queue_table(q: Queue) -> None:
@@ -165,8 +169,19 @@ async def test_dead_jobs_list_retry_keeps_the_id_and_resets_attempts(
     single = await asyncio.to_thread(aq.retry_dead_job, jobs[1].id)
     assert (single.id, single.status, single.attempts) == (jobs[1].id, "queued", 0)
 
-    with pytest.raises(JobNotFound):
+    with pytest.raises(JobNotFound, match="no dead job with id 999999"):
         await asyncio.to_thread(aq.retry_dead_job, 999_999)
+    # Already retried, or never there: refused as not found, with the reason as a value.
+    again = await asyncio.to_thread(aq.retry_dead, [jobs[0].id, 999_999])
+    assert again.retried == []
+    assert again.refused == {
+        jobs[0].id: RetryRefusal(jobs[0].id, RefusalReason.NOT_FOUND),
+        999_999: RetryRefusal(999_999, RefusalReason.NOT_FOUND),
+    }
+    assert again.to_dict() == {"retried": [], "refused": [
+        {"id": jobs[0].id, "reason": "no dead job with this id"},
+        {"id": 999_999, "reason": "no dead job with this id"},
+    ]}
 
     # The revived jobs run again, their attempts counted afresh.
     attempts.clear()
@@ -244,16 +259,16 @@ async def test_a_worker_registers_and_removes_its_row_on_a_clean_stop(
 
     job = await hold.enqueue_async()
     async with background_worker(aq, concurrency=3) as worker:
-        rows = await asyncio.to_thread(aq.workers)
-        assert len(rows) == 1
-        registered = rows[0]
-        assert registered["id"] == worker.id
-        assert registered["queues"] == []  # no queue list: every queue
-        assert registered["concurrency"] == 3
-        assert registered["pid"] == os.getpid()
-        assert registered["hostname"] == socket.gethostname()
-        assert registered["started_at"] is not None
-        assert registered["last_heartbeat_at"] is not None
+        found = await asyncio.to_thread(aq.workers)
+        assert len(found) == 1
+        registered = found[0]
+        assert registered.id == worker.id
+        assert registered.queues == []  # no queue list: every queue
+        assert registered.concurrency == 3
+        assert registered.pid == os.getpid()
+        assert registered.hostname == socket.gethostname()
+        assert registered.started_at <= registered.last_heartbeat_at
+        assert registered.status == "alive"
         await asyncio.wait_for(started.wait(), 10)
         stored = await asyncio.to_thread(row, dsn, job.id)
         assert stored is not None
@@ -276,8 +291,7 @@ async def test_a_worker_with_queues_records_them_and_claims_only_those(
     await task.enqueue_async("default")
     async with background_worker(aq, queues=["email", "default"]) as worker:
         registered = await asyncio.to_thread(aq.workers)
-        assert [(w["id"], w["queues"]) for w in registered] == [
-            (worker.id, ["email", "default"])]
+        assert [(w.id, w.queues) for w in registered] == [(worker.id, ["email", "default"])]
         await async_wait_until(lambda: len(ran) == 2, timeout=10)
     assert sorted(ran) == ["default", "email"]
     remaining = await aexecute(dsn, "SELECT queue, status FROM pgqueue.jobs "
@@ -293,3 +307,24 @@ async def test_a_burst_worker_removes_its_row_too(aq: Queue) -> None:
     await task.enqueue_async()
     await run_burst(aq)
     assert await asyncio.to_thread(aq.workers) == []
+
+
+def test_workers_are_alive_until_their_row_lease_runs_out(q: Queue, dsn: str) -> None:
+    execute(
+        dsn,
+        "INSERT INTO pgqueue.workers (id, hostname, pid, queues, concurrency, started_at, "
+        "last_heartbeat_at, lease_expires_at) VALUES "
+        "('h:1:a', 'h', 1, '{}', 4, now() - interval '2 minutes', now() - interval '1 minute', "
+        "now() - interval '1 second'), "
+        "('h:2:b', 'h', 2, '{email}', 8, now() - interval '1 minute', now(), "
+        "now() + interval '30 seconds')",
+    )
+    found = q.workers()
+    assert [(w.id, w.status) for w in found] == [("h:1:a", "expired"), ("h:2:b", "alive")]
+    assert isinstance(found[1], WorkerInfo)
+    # The JSON shape of pgq workers --json: the table's columns plus status, ISO datetimes.
+    data = found[1].to_dict()
+    assert set(data) == {"id", "hostname", "pid", "queues", "concurrency", "started_at",
+                         "last_heartbeat_at", "lease_expires_at", "status"}
+    assert (data["queues"], data["concurrency"], data["status"]) == (["email"], 8, "alive")
+    assert data["started_at"] == found[1].started_at.isoformat()

@@ -18,6 +18,7 @@ from pgqueue.cli.demo import job_mix
 from pgqueue.cli.errors import CommandError
 from pgqueue.cli.loading import load_queue
 from pgqueue.cli.logs import LineFormatter, WithoutJobRecords
+from pgqueue.worker import WorkerSettings
 
 COMMANDS = ("migrate", "worker", "enqueue", "jobs", "dead", "stats", "workers", "demo")
 
@@ -36,13 +37,30 @@ def test_help_lists_every_command(runner: CliRunner) -> None:
         assert command in result.output
 
 
-@pytest.mark.parametrize("command", [["stats"], ["jobs", "list"], ["dead", "list"],
-                                     ["workers"], ["migrate"], ["enqueue", "t"]])
+# Every command that prints data, and the ones that only act.
+DATA_COMMANDS = [["stats"], ["workers"], ["enqueue"], ["jobs", "list"], ["jobs", "show"],
+                 ["jobs", "cancel"], ["dead", "list"], ["dead", "retry"], ["dead", "purge"],
+                 ["demo"]]
+ACTION_COMMANDS = [["migrate"], ["worker"]]
+
+
+@pytest.mark.parametrize("command", DATA_COMMANDS + ACTION_COMMANDS, ids=" ".join)
 def test_every_command_takes_connection_options(runner: CliRunner, command: list[str]) -> None:
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0
     for option in ("--dsn", "--embedded", "--schema"):
         assert option in result.output
+    assert ("--json" in result.output) == (command in DATA_COMMANDS)
+
+
+def test_worker_help_quotes_the_default_settings(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["worker", "--help"], terminal_width=200)
+    defaults = WorkerSettings()
+    assert f"(default {defaults.concurrency})" in result.output
+    for name in ("shutdown_timeout", "poll_interval", "lease", "connect_timeout"):
+        option = "--" + name.replace("_", "-")
+        line = next(line for line in result.output.splitlines() if option in line)
+        assert f"(default {getattr(defaults, name):g}s)" in line, line
 
 
 def test_migrate_sql_prints_ddl_without_a_database(runner: CliRunner) -> None:

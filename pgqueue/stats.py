@@ -1,0 +1,94 @@
+"""What the queues and the workers are doing now: ``Queue.stats()`` and ``Queue.workers()``.
+
+Plans (see ``db.plans``) and the typed results they return. Each result has one
+``to_dict()``, the JSON shape of the contract's §8: ``pgq stats --json`` and
+``pgq workers --json`` print it, and an HTTP API must serve the same, so the two
+cannot drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pgqueue.db.plans import Plan, Row, Statement
+from pgqueue.db.queries import Queries
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
+
+__all__ = ["QueueStats", "WorkerInfo", "WorkerStatus", "list_workers", "queue_stats"]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One queue: its jobs by API status, and how long its oldest ready job has waited.
+
+    A queue appears once it has a live or a dead job.
+    """
+
+    queue: str
+    queued: int
+    scheduled: int
+    retrying: int
+    running: int
+    succeeded: int
+    cancelled: int
+    dead: int
+    oldest_queued_age_seconds: float | None  # None: no job of this queue is ready
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: an object of ``pgq stats --json``."""
+        return asdict(self)
+
+
+def queue_stats(queries: Queries) -> Plan[list[QueueStats]]:
+    """Per queue, ordered by name: counts by API status and the oldest ready job's age."""
+    rows = yield Statement(queries.queue_stats, {}, fetch="all")
+    return [_build(QueueStats, row) for row in rows]
+
+
+# ``alive`` while a worker's row lease runs; ``expired`` once it has run out (the process
+# is gone or stuck, and the next maintenance round removes the row).
+WorkerStatus = Literal["alive", "expired"]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One row of ``pgqueue.workers`` (a worker process) and its status at read time."""
+
+    id: str
+    hostname: str
+    pid: int
+    queues: list[str]  # empty: every queue
+    concurrency: int
+    started_at: datetime
+    last_heartbeat_at: datetime
+    lease_expires_at: datetime
+    status: WorkerStatus
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: an object of ``pgq workers --json`` (the table's columns plus
+        ``status``, datetimes in ISO 8601)."""
+        return {
+            name: value.isoformat() if isinstance(value, datetime) else value
+            for name, value in asdict(self).items()
+        }
+
+
+def list_workers(queries: Queries, *, now: datetime) -> Plan[list[WorkerInfo]]:
+    """Worker processes in the order they started; ``now`` decides alive or expired."""
+    rows = yield Statement(queries.select_workers, {}, fetch="all")
+    return [
+        _build(WorkerInfo, row | {"status": "alive" if row["lease_expires_at"] > now
+                                  else "expired"})
+        for row in rows
+    ]
+
+
+def _build(kind: type[T], row: Row) -> T:
+    """``kind`` from the row's columns of the same names (a row may hold more)."""
+    return kind(**{f.name: row[f.name] for f in fields(kind)})
