@@ -19,7 +19,7 @@ from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
 from pgqueue.db.plans import Plan, run_async, run_sync
 from pgqueue.db.queries import Queries, for_schema
-from pgqueue.errors import ConfigurationError, JobNotFound, TaskNotFound
+from pgqueue.errors import ConfigurationError, JobNotFound, SchemaOutOfDate, TaskNotFound
 from pgqueue.job import API_STATUSES, Job
 from pgqueue.operations import (
     DeadRetryResult,
@@ -32,7 +32,7 @@ from pgqueue.operations import (
     queue_stats,
     retry_dead,
 )
-from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals
+from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals, task_name
 from pgqueue.settings import EMBEDDED, normalize_dsn, parse_duration, resolve_dsn, resolve_schema
 from pgqueue.task import Task
 
@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from pgqueue.worker.runner import WorkerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# What PostgreSQL raises when a statement names a table, column or function that the
+# schema lacks: a schema that was never migrated, or is older than this code.
+_MISSING_OBJECTS = (
+    psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction,
+)
 T = TypeVar("T")
 
 
@@ -113,16 +120,16 @@ class Queue:
         intervals = retry_intervals(options.get("retry_intervals"))
 
         def register(target: F) -> Task[Any, Any]:
-            task_name = name or f"{target.__module__}.{target.__qualname__}"
-            if task_name in self.tasks and self.tasks[task_name].func is not target:
+            registered = task_name(name or f"{target.__module__}.{target.__qualname__}")
+            if registered in self.tasks and self.tasks[registered].func is not target:
                 raise ConfigurationError(
-                    f"task name {task_name!r} is already registered; pass name= to tell "
+                    f"task name {registered!r} is already registered; pass name= to tell "
                     "them apart"
                 )
             task: Task[Any, Any] = Task(
-                self, target, name=task_name, options=defaults, retry_intervals=intervals
+                self, target, name=registered, options=defaults, retry_intervals=intervals
             )
-            self.tasks[task_name] = task
+            self.tasks[registered] = task
             return task
 
         return register(func) if func is not None else register
@@ -166,18 +173,38 @@ class Queue:
 
     def run_plan(self, plan: Plan[T], conn: object | None = None) -> T:
         """Run a plan on ``conn`` (inside its transaction) or on a pooled connection."""
-        if conn is not None:
-            return run_sync(sync_connection(conn), plan)
-        with self._sync_pool().connection() as own:
-            return run_sync(own, plan)
+        try:
+            if conn is not None:
+                return run_sync(sync_connection(conn), plan)
+            with self._sync_pool().connection() as own:
+                return run_sync(own, plan)
+        except _MISSING_OBJECTS as exc:
+            raise self._schema_out_of_date(exc) from None
 
     async def run_plan_async(self, plan: Plan[T], conn: object | None = None) -> T:
         """Async :meth:`run_plan`."""
-        if conn is not None:
-            return await run_async(await async_connection(conn), plan)
-        pool = await self._async_pool()
-        async with pool.connection() as own:
-            return await run_async(own, plan)
+        try:
+            if conn is not None:
+                return await run_async(await async_connection(conn), plan)
+            pool = await self._async_pool()
+            async with pool.connection() as own:
+                return await run_async(own, plan)
+        except _MISSING_OBJECTS as exc:
+            raise self._schema_out_of_date(exc) from None
+
+    def _schema_out_of_date(self, exc: psycopg.Error) -> SchemaOutOfDate:
+        """SchemaOutOfDate for a statement that found a table or column of ours missing.
+
+        Every statement names only pgqueue's own objects, so a missing one means the
+        schema was never migrated (or is older than this code): say so, and what to run,
+        instead of the driver's traceback. Translated when it happens, so the happy path
+        pays nothing for the check.
+        """
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return SchemaOutOfDate(
+            f"schema {self.schema!r} of this database has no pgqueue tables, or older ones "
+            f"than this version of pgqueue needs ({detail}): run pgq migrate"
+        )
 
     def close(self) -> None:
         """Close this Queue's connection pools (sync ones; async pools close with their loop)."""
@@ -204,14 +231,16 @@ class Queue:
     ) -> Job:
         """Enqueue a task by name. Registered tasks validate arguments as usual; an unknown
         name is enqueued as-is (another process's worker may know it)."""
-        task = self.tasks.get(name)
+        from pgqueue.arguments import Signature, call_arguments
+
+        positional, keywords = call_arguments(args, kwargs)
+        task = self.tasks.get(task_name(name))
         if task is not None:
-            return task.using(**options).enqueue(*(args or ()), **(kwargs or {}))
-        from pgqueue.arguments import Signature
+            return task.using(**options).enqueue(*positional, **keywords)
         from pgqueue.options import ENQUEUE_OPTIONS
 
         call_options = JobOptions().with_options(options, ENQUEUE_OPTIONS)
-        encoded = Signature(lambda *a, **k: None, name).encode(tuple(args or ()), kwargs or {})
+        encoded = Signature(lambda *a, **k: None, name).encode(positional, keywords)
         params = call_options.as_params() | {
             "task": name, "args": encoded.args, "kwargs": encoded.kwargs,
         }
@@ -295,9 +324,9 @@ class Queue:
 
     # -- schema ---------------------------------------------------------------------------
 
-    def migrate(self) -> None:
-        """Create or upgrade the pgqueue schema (idempotent)."""
-        migrations.upgrade(self.dsn, self.schema)
+    def migrate(self) -> migrations.MigrationResult:
+        """Create or upgrade the pgqueue schema (idempotent); says what it did."""
+        return migrations.upgrade(self.dsn, self.schema)
 
     def migrate_sql(self) -> str:
         """The SQL ``migrate()`` would run on an empty database."""

@@ -8,6 +8,7 @@ Nothing here falls back silently: a missing or malformed value raises
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from datetime import timedelta
@@ -17,13 +18,19 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pgqueue.errors import ConfigurationError
+from pgqueue.limits import (
+    CHANNEL_SUFFIX,
+    MAX_DELAY_SECONDS,
+    MAX_SCHEMA_NAME_LENGTH,
+    short_repr,
+)
 
 EMBEDDED = "embedded"
 
 _SQLALCHEMY_SCHEME = re.compile(r"^(postgres(?:ql)?)\+[a-z0-9_]+://", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class EnvironmentSettings(BaseSettings):
@@ -95,21 +102,44 @@ def resolve_schema(explicit: str | None = None) -> str:
 
 
 def validate_schema_name(name: str) -> str:
-    """Schema names are plain identifiers so that channel and lock names derive from them."""
-    if not _SCHEMA_NAME.match(name):
+    """Schema names are plain identifiers so that channel and lock names derive from them.
+
+    At most 58 characters: the wake-up channel ``<schema>_jobs`` must fit PostgreSQL's
+    63-byte limit on names, or every enqueue would fail in the trigger's NOTIFY.
+    """
+    if not isinstance(name, str) or not _SCHEMA_NAME.match(name):
         raise ConfigurationError(
-            f"invalid schema name {name!r}: use letters, digits and underscores "
-            "(not starting with a digit, at most 63 characters)"
+            f"invalid schema name {short_repr(name)}: use letters, digits and underscores "
+            f"(not starting with a digit, at most {MAX_SCHEMA_NAME_LENGTH} characters)"
+        )
+    if len(name) > MAX_SCHEMA_NAME_LENGTH:
+        raise ConfigurationError(
+            f"invalid schema name {name!r}: {len(name)} characters; at most "
+            f"{MAX_SCHEMA_NAME_LENGTH}, so that its wake-up channel {name + CHANNEL_SUFFIX!r} "
+            "fits PostgreSQL's 63-character limit"
         )
     return name
 
 
-def parse_duration(value: str | float | int | timedelta, *, what: str = "duration") -> float:
-    """Seconds from ``30s``, ``15m``, ``1h``, ``7d``, ``250ms``, plain seconds or a timedelta."""
+def parse_duration(
+    value: str | float | int | timedelta,
+    *,
+    what: str = "duration",
+    maximum: float = MAX_DELAY_SECONDS,
+) -> float:
+    """Seconds from ``30s``, ``15m``, ``1h``, ``7d``, ``250ms``, plain seconds or a timedelta.
+
+    The result is finite and from 0 to ``maximum`` (100 years unless the caller's column
+    holds less): NaN would mean "no limit" to some readers and an error to PostgreSQL,
+    and an infinite or huge delay overflows ``now() + interval``.
+    """
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond float's range
+            seconds = math.inf
     elif isinstance(value, str):
         match = _DURATION.match(value)
         if not match:
@@ -119,9 +149,16 @@ def parse_duration(value: str | float | int | timedelta, *, what: str = "duratio
             )
         seconds = float(match.group(1)) * _DURATION_UNITS[(match.group(2) or "s").lower()]
     else:
-        raise ConfigurationError(f"invalid {what} {value!r}: expected seconds or a duration")
+        raise ConfigurationError(
+            f"invalid {what} {short_repr(value)}: expected seconds or a duration"
+        )
     if seconds < 0:
-        raise ConfigurationError(f"invalid {what} {value!r}: must not be negative")
+        raise ConfigurationError(f"invalid {what} {short_repr(value)}: must not be negative")
+    if not math.isfinite(seconds) or seconds > maximum:
+        raise ConfigurationError(
+            f"invalid {what} {short_repr(value)}: use a finite duration from 0 to "
+            f"{maximum:.0f} seconds (about {maximum / 31_536_000:.0f} years)"
+        )
     return seconds
 
 
