@@ -33,7 +33,14 @@ from pgqueue.operations import (
     retry_dead,
 )
 from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals, task_name
-from pgqueue.settings import EMBEDDED, normalize_dsn, parse_duration, resolve_dsn, resolve_schema
+from pgqueue.settings import (
+    EMBEDDED,
+    normalize_dsn,
+    parse_duration,
+    resolve_dsn,
+    resolve_schema,
+    split_pool_mode,
+)
 from pgqueue.task import Task
 
 if TYPE_CHECKING:
@@ -60,6 +67,7 @@ class Queue:
     def __init__(self, dsn: str | None = None, schema: str | None = None) -> None:
         self._explicit_dsn = normalize_dsn(dsn) if dsn else None
         self._dsn: str | None = None
+        self._pool_mode: str | None = None
         self.schema = resolve_schema(schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._lock = threading.Lock()
@@ -73,7 +81,11 @@ class Queue:
 
     @property
     def dsn(self) -> str:
-        """The resolved DSN (starting the embedded server if that is what was asked for)."""
+        """The resolved DSN (starting the embedded server if that is what was asked for).
+
+        pgqueue's own ``pool_mode`` option is taken out (see :attr:`pool_mode`): this is
+        a DSN libpq accepts.
+        """
         with self._lock:
             if self._dsn is None:
                 resolved = resolve_dsn(self._explicit_dsn)
@@ -81,15 +93,27 @@ class Queue:
                     from pgqueue.embedded import embedded_dsn
 
                     resolved = embedded_dsn()
-                self._dsn = resolved
+                self._dsn, self._pool_mode = split_pool_mode(resolved)
             return self._dsn
+
+    @property
+    def pool_mode(self) -> str:
+        """``transaction`` when the DSN says ``pool_mode=transaction`` (a pooler such as
+        PgBouncer in transaction mode sits in front of PostgreSQL), else ``session``."""
+        self.dsn  # noqa: B018 - resolving the DSN reads the option
+        return self._pool_mode or "session"
+
+    def _connection_options(self) -> dict[str, Any]:
+        """Options of the Queue's own connections: behind a transaction pooler, never
+        prepare statements on the server (``prepare_threshold=None``)."""
+        return {"prepare_threshold": None} if self.pool_mode == "transaction" else {}
 
     def configure(self, *, dsn: str | None = None, schema: str | None = None) -> Queue:
         """Point this Queue elsewhere before first use (what ``pgq --dsn`` does)."""
         self.close()
         if dsn is not None:
             self._explicit_dsn = normalize_dsn(dsn)
-            self._dsn = None
+            self._dsn = self._pool_mode = None
         if schema is not None:
             self.schema = resolve_schema(schema)
         return self
@@ -148,12 +172,12 @@ class Queue:
         with self._lock:
             pool = self._pool
         if pool is None:
-            dsn = self.dsn
+            dsn, options = self.dsn, self._connection_options()  # both take self._lock
             with self._lock:
                 if self._pool is None:
                     self._pool = ConnectionPool(
                         dsn, min_size=1, max_size=4, open=True, name="pgqueue",
-                        timeout=30.0,
+                        timeout=30.0, kwargs=options,
                     )
                 pool = self._pool
         return pool
@@ -165,7 +189,8 @@ class Queue:
             for stale in [other for other in self._async_pools if other.is_closed()]:
                 del self._async_pools[stale]
             pool = AsyncConnectionPool(
-                self.dsn, min_size=1, max_size=4, open=False, name="pgqueue-async"
+                self.dsn, min_size=1, max_size=4, open=False, name="pgqueue-async",
+                kwargs=self._connection_options(),
             )
             await pool.open()
             self._async_pools[loop] = pool

@@ -12,6 +12,7 @@ import math
 import os
 import re
 from datetime import timedelta
+from urllib.parse import unquote
 
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field
@@ -61,15 +62,54 @@ def resolve_dsn(explicit: str | None = None) -> str:
     )
 
 
+# pgqueue's own DSN option, ``pool_mode=transaction`` (URL query or key=value): the DSN
+# leads to a pooler in transaction mode (PgBouncer's pool_mode), so pgqueue must not
+# prepare statements on its connections. libpq knows no such keyword, so it is taken out
+# before libpq sees the DSN (:func:`split_pool_mode`).
+POOL_MODE_OPTION = "pool_mode"
+POOL_MODES = ("session", "transaction")
+_POOL_MODE_IN_URL = re.compile(r"(?<=[?&])pool_mode=([^&#]*)&?|[?&]pool_mode=([^&#]*)$")
+_POOL_MODE_IN_PAIRS = re.compile(r"(?:^|\s)pool_mode\s*=\s*('(?:[^'\\]|\\.)*'|\S*)")
+
+
+def split_pool_mode(dsn: str) -> tuple[str, str | None]:
+    """``dsn`` without pgqueue's ``pool_mode`` option, and the option's value (or None).
+
+    ``pool_mode=transaction`` tells pgqueue that the DSN goes through a pooler in
+    transaction mode (PgBouncer): its connections then never prepare statements on the
+    server (docs/guides/deployment.md). ``session`` is the default behaviour. Statement
+    pooling cannot run pgqueue's multi-statement transactions and is refused.
+    """
+    if POOL_MODE_OPTION not in dsn:
+        return dsn, None
+    pattern = _POOL_MODE_IN_URL if "://" in dsn else _POOL_MODE_IN_PAIRS
+    match = pattern.search(dsn)
+    if match is None:
+        return dsn, None
+    raw = next(group for group in match.groups() if group is not None)
+    value = unquote(raw.strip("'")).strip().lower()
+    if value not in POOL_MODES:
+        raise ConfigurationError(
+            f"invalid DSN option pool_mode={raw!r}: use pool_mode=transaction behind a "
+            "pooler in transaction mode, or session (the default); statement pooling "
+            "cannot run pgqueue's transactions"
+        )
+    stripped = (dsn[: match.start()] + dsn[match.end():]).strip()
+    return stripped.rstrip("?&"), value
+
+
 def normalize_dsn(dsn: str) -> str:
     """Accept libpq URLs, key=value strings and SQLAlchemy URLs; return what psycopg takes.
 
     ``postgresql+psycopg://`` and friends lose their driver suffix. The result is checked
-    by libpq's own parser so that a malformed DSN fails here, at once, in one line.
+    by libpq's own parser so that a malformed DSN fails here, at once, in one line. The
+    ``pool_mode`` option (see :func:`split_pool_mode`) is checked and kept: the Queue
+    takes it out when it connects.
     """
     if dsn == EMBEDDED:
         return dsn
     cleaned = _SQLALCHEMY_SCHEME.sub(lambda m: m.group(1) + "://", dsn)
+    checked, _ = split_pool_mode(cleaned)
     if "://" in cleaned and not cleaned.lower().startswith(("postgresql://", "postgres://")):
         scheme = cleaned.split("://", 1)[0]
         raise ConfigurationError(
@@ -77,7 +117,7 @@ def normalize_dsn(dsn: str) -> str:
             "use postgresql://user@host:5432/dbname or key=value pairs"
         )
     try:
-        params = conninfo_to_dict(cleaned)
+        params = conninfo_to_dict(checked)
     except Exception as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigurationError(

@@ -1,7 +1,8 @@
 """Shared test set-up: the database fixtures live in the ``tests._database`` plugin.
 
 Fixtures available everywhere: ``database_server``, ``admin_dsn``/``server_dsn``,
-``schema``, ``databases``, ``dsn``, ``empty_dsn``, ``conn``. Polling helpers:
+``schema``, ``databases``, ``dsn``, ``empty_dsn``, ``conn``; ``pgbouncer`` (a PgBouncer in
+transaction mode in front of the server, from ``tests._pgbouncer``). Polling helpers:
 ``from tests._polling import wait_until``.
 """
 
@@ -11,7 +12,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["tests._database"]
+pytest_plugins = ["tests._database", "tests._pgbouncer"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:
