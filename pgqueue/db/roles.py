@@ -101,7 +101,7 @@ class RoleNames:
 
 
 def _statement(template: str, *parts: sql.Composable) -> str:
-    return sql.SQL(template).format(*parts).as_string() + ";"  # type: ignore[arg-type]
+    return sql.SQL(template).format(*parts).as_string() + ";"
 
 
 def _privileges(names: tuple[str, ...]) -> sql.Composable:
