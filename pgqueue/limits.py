@@ -116,13 +116,17 @@ def check_delay(seconds: float, what: str) -> float:
     """
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ValueError(
-            f"{what} must be a number of seconds, got {type(seconds).__name__} {seconds!r}"
+            f"{what} must be a number of seconds, got {type(seconds).__name__} "
+            f"{short_repr(seconds)}"
         )
-    value = float(seconds)
+    try:
+        value = float(seconds)
+    except OverflowError:  # an int beyond float's range
+        value = math.inf
     if not math.isfinite(value) or not 0 <= value <= MAX_DELAY_SECONDS:
         raise ValueError(
             f"{what} must be a finite number of seconds from 0 to {MAX_DELAY_SECONDS} "
-            f"(100 years), got {seconds!r}"
+            f"(100 years), got {short_repr(seconds)}"
         )
     return value
 

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-__all__ = ["dumps", "encode_result", "loads"]
+__all__ = ["dumps", "encode_result", "loads", "storable_text"]
 
 
 # The escape of the NUL character (an odd number of backslashes before "u0000"): valid
@@ -122,3 +122,18 @@ def encode_result(value: Any) -> str | None:
         raise TypeError(
             f"the task returned a {type(value).__name__} that cannot be stored as JSON: {exc}"
         ) from None
+
+
+def storable_text(text: str) -> str:
+    """``text`` made fit for a ``text`` column, changing only what cannot be stored.
+
+    A NUL character becomes ``\\x00`` and a lone surrogate its ``\\udXXX`` escape:
+    PostgreSQL text holds neither, and an error message or traceback containing one
+    (a task's exception text is the user's) must still be recorded, not fail the write.
+    Text without them is returned unchanged.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

@@ -21,6 +21,7 @@ from psycopg import sql
 
 from pgqueue.db.plans import Plan, Statement, run_async, run_sync
 from pgqueue.errors import SchemaOutOfDate
+from pgqueue.settings import validate_schema_name
 
 SCHEMA_ATTRIBUTE = "pgqueue_schema"
 
@@ -95,6 +96,7 @@ def upgrade(dsn: str, schema: str, revision: str = "head") -> MigrationResult:
     environment, the private version table is first stamped with the revision found
     there, so the two routes never run the same revision twice.
     """
+    schema = validate_schema_name(schema)  # before any query uses it
     target = head_revision() if revision == "head" else revision
     with psycopg.connect(dsn, autocommit=True) as conn:
         private = run_sync(conn, _private_revision_plan(schema))
