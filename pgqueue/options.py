@@ -85,19 +85,14 @@ def _queue(value: Any) -> str:
     return queue_name(value)
 
 
-def queue_name(value: Any, what: str = "queue") -> str:
+def queue_name(value: Any) -> str:
     """A valid queue name, or ConfigurationError.
 
     No comma: the wake-up NOTIFY's payload and ``pgq worker --queues`` separate queue
     names with commas.
     """
-    problem = name_problem(value, max_length=MAX_QUEUE_NAME_LENGTH, forbidden=",")
-    if problem:
-        raise ConfigurationError(
-            f"invalid {what} {short_repr(value)}: {problem} (a queue name is 1 to "
-            f"{MAX_QUEUE_NAME_LENGTH} printable characters without commas)"
-        )
-    return value  # type: ignore[no-any-return]
+    return _checked_name(value, "queue", MAX_QUEUE_NAME_LENGTH, ",",
+                         "a queue name is 1 to {max} printable characters without commas")
 
 
 def task_name(value: Any) -> str:
@@ -106,11 +101,16 @@ def task_name(value: Any) -> str:
     Task names are written into log lines and error messages: a newline in one could
     forge a log line, so only printable characters are allowed.
     """
-    problem = name_problem(value, max_length=MAX_TASK_NAME_LENGTH)
+    return _checked_name(value, "task name", MAX_TASK_NAME_LENGTH, "",
+                         "a task name is 1 to {max} printable characters, "
+                         "e.g. myapp.tasks.send_email")
+
+
+def _checked_name(value: Any, what: str, max_length: int, forbidden: str, rule: str) -> str:
+    problem = name_problem(value, max_length=max_length, forbidden=forbidden)
     if problem:
         raise ConfigurationError(
-            f"invalid task name {short_repr(value)}: {problem} (a task name is 1 to "
-            f"{MAX_TASK_NAME_LENGTH} printable characters, e.g. myapp.tasks.send_email)"
+            f"invalid {what} {short_repr(value)}: {problem} ({rule.format(max=max_length)})"
         )
     return value  # type: ignore[no-any-return]
 
