@@ -52,7 +52,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # schema lacks: a schema that was never migrated, or is older than this code.
 _MISSING_OBJECTS = (
     psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
-    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName,
 )
 T = TypeVar("T")
 
