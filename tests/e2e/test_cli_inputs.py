@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -70,7 +71,8 @@ def test_keyword_arguments_from_pgq_enqueue_are_stored_as_given(dsn: str) -> Non
     assert (unvalidated["args"], unvalidated["kwargs"]) == ([], {"user_id": 7})
     ok("worker", "-A", APP, "--dsn", dsn, "--burst")
     with psycopg.connect(dsn) as conn:
-        results = dict(conn.execute("SELECT id, result FROM pgqueue.jobs WHERE task = 'add'"))
+        results: dict[int, Any] = dict(
+            conn.execute("SELECT id, result FROM pgqueue.jobs WHERE task = 'add'"))
     assert results == {validated["id"]: 3, mixed["id"]: 7}
 
 

@@ -130,7 +130,7 @@ def test_quickstart_examples_run_and_their_jobs_succeed(app_dir: Path, dsn: str)
         _wait_until_nothing_is_ready(dsn)
     with psycopg.connect(dsn) as conn:
         dead = conn.execute("SELECT task, error FROM pgqueue.dead_jobs").fetchall()
-        statuses = dict(conn.execute(
+        statuses: dict[str, int] = dict(conn.execute(
             "SELECT status, count(*) FROM pgqueue.jobs WHERE run_at <= now() GROUP BY 1"))
         users = conn.execute("SELECT count(*) FROM users").fetchone()
     assert dead == []
@@ -141,7 +141,7 @@ def test_quickstart_examples_run_and_their_jobs_succeed(app_dir: Path, dsn: str)
 def test_schema_reference_examples_run_and_the_sql_insert_succeeds(
     app_dir: Path, dsn: str
 ) -> None:
-    from myapp.tasks import send_welcome_email  # the quickstart's task
+    from myapp.tasks import send_welcome_email  # type: ignore[import-not-found]
 
     job = send_welcome_email.enqueue(1, "ada@example.com")
     examples = blocks(DOCS / "reference" / "schema.md", "sql")

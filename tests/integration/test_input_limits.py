@@ -221,7 +221,7 @@ async def test_keyword_arguments_are_stored_as_given_on_every_path(aq: Queue, ds
     bulk = await add.enqueue_many_async([{"a": n, "b": n} for n in range(2000)])
     stored = {job.id: (job.args, job.kwargs) for job in jobs}
     with psycopg.connect(dsn) as conn:
-        rows = dict(conn.execute(
+        rows: dict[int, Any] = dict(conn.execute(
             "SELECT id, jsonb_build_array(args, kwargs) FROM pgqueue.jobs").fetchall())
     assert rows[jobs[0].id] == [[], {"a": 1, "b": 2}] == list(stored[jobs[0].id])
     assert rows[jobs[1].id] == [[3], {"b": 4, "where": where}]

@@ -27,7 +27,8 @@ from tests import _strategies as s
 def examples(count: int) -> settings:
     """``count`` examples in the default profile, scaled with the loaded one (thorough:
     20x). The database fixtures are per test and the examples share them."""
-    scaled = max(1, count * settings.default.max_examples // 100)
+    loaded = settings.default
+    scaled = max(1, count * (loaded.max_examples if loaded else 100) // 100)
     return settings(max_examples=scaled,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 

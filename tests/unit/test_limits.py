@@ -179,5 +179,5 @@ def test_retry_and_snooze_accept_the_documented_range() -> None:
 def test_durations_are_finite_and_bounded_everywhere() -> None:
     for bad in (math.nan, math.inf, 10**400, "1" * 400):
         with pytest.raises(ConfigurationError, match="finite"):
-            parse_duration(bad, what="lease")  # type: ignore[arg-type]
+            parse_duration(bad, what="lease")
     assert parse_duration(MAX_DELAY_SECONDS) == MAX_DELAY_SECONDS
