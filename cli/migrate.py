@@ -28,8 +28,7 @@ def migrate(
         # Only the schema name matters here: the SQL is rendered offline by alembic.
         sys.stdout.write(queue.migrate_sql())
         return
-    queue.migrate()
-    typer.echo(f"Schema {queue.schema!r} is up to date.")
+    typer.echo(queue.migrate().describe())
 
 
 def register(app: typer.Typer) -> None:

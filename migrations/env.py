@@ -13,7 +13,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool, text
 
 from pgqueue.db.names import advisory_lock_key
-from pgqueue.migrations._ddl import render, schema_name
+from pgqueue.migrations._ddl import CREATE_SCHEMA, render, schema_name
 
 VERSION_TABLE = "alembic_version"
 
@@ -32,7 +32,7 @@ def run_offline() -> None:
         transactional_ddl=True,
     )
     with context.begin_transaction():
-        context.execute(render("CREATE SCHEMA IF NOT EXISTS {schema}", schema))
+        context.execute(render(CREATE_SCHEMA, schema))
         context.run_migrations()
 
 
@@ -58,7 +58,7 @@ def _migrate(connection: object) -> None:
     with context.begin_transaction():
         lock = advisory_lock_key(schema, "migrate")
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock})  # type: ignore[attr-defined]
-        connection.execute(text(render("CREATE SCHEMA IF NOT EXISTS {schema}", schema)))  # type: ignore[attr-defined]
+        connection.execute(text(render(CREATE_SCHEMA, schema)))  # type: ignore[attr-defined]
         context.run_migrations()
 
 

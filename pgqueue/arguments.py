@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from pgqueue.errors import ArgumentError
+from pgqueue.limits import short_repr
 from pgqueue.serialization import dumps
 
 _SKIP = (inspect.Parameter.empty, typing.Any, object)
@@ -41,6 +42,26 @@ class EncodedArguments:
 
     args: str
     kwargs: str
+
+
+def call_arguments(args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args``/``kwargs`` given as values (``enqueue_by_name``, ``pgq enqueue``), checked:
+    a list or tuple, and a dict with string keys (None means none)."""
+    if args is None:
+        args = ()
+    if not isinstance(args, list | tuple):
+        raise ArgumentError(
+            f"args must be a list or tuple of positional arguments, got "
+            f"{type(args).__name__} {short_repr(args)}"
+        )
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict) or not all(isinstance(key, str) for key in kwargs):
+        raise ArgumentError(
+            f"kwargs must be a dict of keyword arguments with string keys, got "
+            f"{short_repr(kwargs)}"
+        )
+    return tuple(args), dict(kwargs)
 
 
 class Signature:
@@ -90,22 +111,57 @@ class Signature:
     ) -> tuple[list[Any], dict[str, Any]]:
         """Bind and validate; return JSON-ready positional and keyword values.
 
-        Annotated values are validated and converted to their JSON form by pydantic; other
-        values are returned as given (``json.dumps`` decides later whether they fit).
+        Arguments keep the form the caller gave them (contract §8): positional ones stay
+        positional and keyword ones stay keywords, so ``kwargs->>'user_id'`` finds a job
+        enqueued with ``user_id=...``. Binding to the signature only validates. Annotated
+        values are validated and converted to their JSON form by pydantic; other values
+        are returned as given (``json.dumps`` decides later whether they fit).
         """
         signature, _, adapters = self._resolved
         if not adapters and self._fits_plainly(args, kwargs):
             return list(args), kwargs
         try:
-            bound = signature.bind(*args, **kwargs)
+            signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise ArgumentError(f"task {self.task_name!r}: {exc}") from None
-        if adapters:
-            for name, value in bound.arguments.items():
-                adapter = adapters.get(name)
-                if adapter is not None:
-                    bound.arguments[name] = self._to_json(name, adapter, value, signature)
-        return list(bound.args), bound.kwargs
+        if not adapters:
+            return list(args), dict(kwargs)
+        positional, var_positional, by_keyword, var_keyword = self._slots
+        encoded_args = [
+            self._to_json(
+                positional[index] if index < len(positional) else var_positional, value, index
+            )
+            for index, value in enumerate(args)
+        ]
+        encoded_kwargs = {
+            name: self._to_json(by_keyword.get(name, var_keyword), value, name)
+            for name, value in kwargs.items()
+        }
+        return encoded_args, encoded_kwargs
+
+    @cached_property
+    def _slots(
+        self,
+    ) -> tuple[list[str], str | None, dict[str, str], str | None]:
+        """Which parameter receives each argument: the names of the positional parameters
+        in order, the ``*args`` parameter, the parameters a keyword can name, and the
+        ``**kwargs`` parameter (the context parameter is none of them)."""
+        signature = self._resolved[0]
+        positional: list[str] = []
+        by_keyword: dict[str, str] = {}
+        var_positional = var_keyword = None
+        for name, parameter in signature.parameters.items():
+            if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                  inspect.Parameter.POSITIONAL_OR_KEYWORD):
+                positional.append(name)
+            if parameter.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  inspect.Parameter.KEYWORD_ONLY):
+                by_keyword[name] = name
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                var_positional = name
+            if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+                var_keyword = name
+        return positional, var_positional, by_keyword, var_keyword
 
     @cached_property
     def _plain_shape(self) -> tuple[int, tuple[str, ...]] | None:
@@ -207,11 +263,12 @@ class Signature:
 
         pydantic writes the whole batch in one call, several times faster than
         ``json.dumps`` of its Python form; but it writes NaN and infinities as ``null``
-        and a NUL character as ``\\u0000``, both of which :func:`dumps` refuses. Output
-        containing either goes the slow way, where :func:`dumps` decides.
+        and a NUL character as ``\\u0000``, both of which :func:`dumps` refuses, and floats
+        from 1e16 on with an exponent, which :func:`dumps` writes positionally. Output
+        containing any of these goes the slow way, where :func:`dumps` decides.
         """
         text = adapter.dump_json(values)
-        if b"null" in text or b"\\u0000" in text:
+        if b"null" in text or b"\\u0000" in text or b"e+" in text:
             if not self._json_native:
                 values = adapter.dump_python(values, mode="json")
             return dumps(values)
@@ -266,21 +323,26 @@ class Signature:
             "pass JSON types or annotate the parameter with a type pydantic can serialise"
         )
 
-    def _to_json(
-        self, name: str, adapter: TypeAdapter[Any], value: Any, signature: inspect.Signature
-    ) -> Any:
-        kind = signature.parameters[name].kind
+    def _to_json(self, parameter: str | None, value: Any, given_as: int | str) -> Any:
+        """One argument in its JSON form, validated by its parameter's annotation (if any).
+
+        ``parameter`` is the parameter that receives the argument (``*args``/``**kwargs``
+        for extra ones); ``given_as`` its position or keyword, for the error message.
+        Binding already refused arguments that no parameter receives.
+        """
+        adapter = self._resolved[2].get(parameter) if parameter is not None else None
+        if adapter is None:
+            return value
         try:
-            if kind is inspect.Parameter.VAR_POSITIONAL:
-                return tuple(self._one(adapter, item) for item in value)
-            if kind is inspect.Parameter.VAR_KEYWORD:
-                return {key: self._one(adapter, item) for key, item in value.items()}
             return self._one(adapter, value)
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(part) for part in first.get("loc", ())) or name
+            loc = [str(part) for part in first.get("loc", ())]
+            if parameter != given_as and not isinstance(given_as, int):
+                loc.insert(0, given_as)  # a **kwargs entry: name the keyword
+            where = ".".join(loc) or str(parameter)
             raise ArgumentError(
-                f"task {self.task_name!r}: invalid argument {name!r} "
+                f"task {self.task_name!r}: invalid argument {parameter!r} "
                 f"({where}: {first.get('msg', 'invalid value')})"
             ) from None
 
@@ -295,6 +357,11 @@ class Signature:
 
         With ``context``, the result also passes it to the JobContext parameter, wherever
         that parameter sits (``def f(ctx: JobContext, x)`` as well as ``def f(x, ctx)``).
+
+        Stored arguments that do not fit (a row inserted with plain SQL, a signature
+        changed since the job was enqueued) raise :class:`ArgumentError` in one line that
+        names the parameter, the stored value and what is wrong with it: the worker
+        prefixes it with the task's name and that line becomes the dead job's summary.
         """
         signature, context_name, adapters = self._resolved
         with_context = context is not None and context_name is not None
@@ -306,21 +373,29 @@ class Signature:
             # The common case (positional, JSON-native annotations): validate by position,
             # without binding — this runs once per job in the worker.
             return [
-                adapters[name].validate_python(value) if name in adapters else value
+                self._rebuild(name, adapters[name], value) if name in adapters else value
                 for name, value in zip(shape[1], args, strict=False)
             ], {}
-        bound = signature.bind(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ArgumentError(
+                f"the stored arguments (args {short_repr(args)}, kwargs {short_repr(kwargs)}) "
+                f"do not fit the task's signature: {exc}"
+            ) from None
         for name, value in bound.arguments.items():
             adapter = adapters.get(name)
             if adapter is None:
                 continue
             kind = signature.parameters[name].kind
             if kind is inspect.Parameter.VAR_POSITIONAL:
-                bound.arguments[name] = tuple(adapter.validate_python(v) for v in value)
+                bound.arguments[name] = tuple(self._rebuild(name, adapter, v) for v in value)
             elif kind is inspect.Parameter.VAR_KEYWORD:
-                bound.arguments[name] = {k: adapter.validate_python(v) for k, v in value.items()}
+                bound.arguments[name] = {
+                    k: self._rebuild(name, adapter, v) for k, v in value.items()
+                }
             else:
-                bound.arguments[name] = adapter.validate_python(value)
+                bound.arguments[name] = self._rebuild(name, adapter, value)
         if context is not None and context_name is not None:
             # Re-bind on the full signature so the arguments after the context parameter
             # are passed where they belong rather than shifted into its place.
@@ -328,3 +403,31 @@ class Signature:
             arguments[context_name] = context
             bound = inspect.BoundArguments(self._full_signature, arguments)
         return list(bound.args), dict(bound.kwargs)
+
+    def _rebuild(self, name: str, adapter: TypeAdapter[Any], value: Any) -> Any:
+        """``value`` validated into parameter ``name``'s annotated type, or ArgumentError.
+
+        pydantic's own message runs to several lines and ends with a documentation URL;
+        the dead job's summary line must say what was wrong instead.
+        """
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(part) for part in first.get("loc", ()))
+            detail = f"{loc}: " if loc else ""
+            raise ArgumentError(
+                f"parameter {name!r} ({_type_name(self._hints.get(name))}) cannot take the "
+                f"stored value {short_repr(value)}: {detail}{first.get('msg', 'invalid value')}"
+            ) from None
+
+    @cached_property
+    def _hints(self) -> dict[str, Any]:
+        return typing.get_type_hints(self.func)
+
+
+def _type_name(annotation: Any) -> str:
+    """``int``, ``User``, ``list[int]``: how an annotation reads in an error message."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__qualname__
+    return str(annotation).replace("typing.", "")

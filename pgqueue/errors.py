@@ -8,6 +8,8 @@ with the job, so they sit outside the tree.
 
 from __future__ import annotations
 
+from pgqueue.limits import check_delay
+
 __all__ = [
     "ArgumentError",
     "ConfigurationError",
@@ -93,28 +95,32 @@ class JobFailed(PgQueueError):
 
 
 class Retry(Exception):
-    """Raise inside a task to retry the job after ``delay`` seconds; consumes the attempt."""
+    """Raise inside a task to retry the job after ``delay`` seconds; consumes the attempt.
+
+    ``delay`` is checked here, when the task creates the exception: a negative, infinite
+    or NaN delay, or one beyond 100 years, raises ValueError instead, and that attempt
+    fails with it like any other error.
+    """
 
     __module__ = "pgqueue"
 
     def __init__(self, delay: float = 0.0, reason: str | None = None) -> None:
-        if delay < 0:
-            raise ValueError(f"Retry delay must be >= 0 seconds, got {delay}")
-        self.delay = float(delay)
+        self.delay = check_delay(delay, "Retry delay")
         self.reason = reason
-        super().__init__(reason or f"retry requested in {delay:g}s")
+        super().__init__(reason or f"retry requested in {self.delay:g}s")
 
 
 class Snooze(Exception):
-    """Raise inside a task to run the job again in ``seconds`` without using an attempt."""
+    """Raise inside a task to run the job again in ``seconds`` without using an attempt.
+
+    ``seconds`` is checked as :class:`Retry` checks its delay (0 to 100 years, finite).
+    """
 
     __module__ = "pgqueue"
 
     def __init__(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError(f"Snooze seconds must be >= 0, got {seconds}")
-        self.seconds = float(seconds)
-        super().__init__(f"snoozed for {seconds:g}s")
+        self.seconds = check_delay(seconds, "Snooze seconds")
+        super().__init__(f"snoozed for {self.seconds:g}s")
 
 
 class Discard(Exception):

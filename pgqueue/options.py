@@ -12,6 +12,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from pgqueue.errors import ConfigurationError
+from pgqueue.limits import (
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_INTEGER,
+    MAX_QUEUE_NAME_LENGTH,
+    MAX_RESULT_TTL_SECONDS,
+    MAX_TASK_NAME_LENGTH,
+    check_run_at,
+    name_problem,
+    short_repr,
+    text_problem,
+)
 from pgqueue.serialization import dumps
 from pgqueue.settings import parse_duration
 
@@ -71,9 +82,37 @@ class JobOptions:
 
 
 def _queue(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 200:
-        raise ConfigurationError(f"invalid queue {value!r}: use a non-empty name (≤ 200 chars)")
-    return value
+    return queue_name(value)
+
+
+def queue_name(value: Any) -> str:
+    """A valid queue name, or ConfigurationError.
+
+    No comma: the wake-up NOTIFY's payload and ``pgq worker --queues`` separate queue
+    names with commas.
+    """
+    return _checked_name(value, "queue", MAX_QUEUE_NAME_LENGTH, ",",
+                         "a queue name is 1 to {max} printable characters without commas")
+
+
+def task_name(value: Any) -> str:
+    """A valid task name, or ConfigurationError.
+
+    Task names are written into log lines and error messages: a newline in one could
+    forge a log line, so only printable characters are allowed.
+    """
+    return _checked_name(value, "task name", MAX_TASK_NAME_LENGTH, "",
+                         "a task name is 1 to {max} printable characters, "
+                         "e.g. myapp.tasks.send_email")
+
+
+def _checked_name(value: Any, what: str, max_length: int, forbidden: str, rule: str) -> str:
+    problem = name_problem(value, max_length=max_length, forbidden=forbidden)
+    if problem:
+        raise ConfigurationError(
+            f"invalid {what} {short_repr(value)}: {problem} ({rule.format(max=max_length)})"
+        )
+    return value  # type: ignore[no-any-return]
 
 
 def _priority(value: Any) -> int:
@@ -81,15 +120,17 @@ def _priority(value: Any) -> int:
         _SMALLINT[0] <= value <= _SMALLINT[1]
     ):
         raise ConfigurationError(
-            f"invalid priority {value!r}: use an integer from {_SMALLINT[0]} to {_SMALLINT[1]} "
-            "(higher runs first)"
+            f"invalid priority {short_repr(value)}: use an integer from {_SMALLINT[0]} to "
+            f"{_SMALLINT[1]} (higher runs first)"
         )
     return value
 
 
 def _max_attempts(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"invalid max_attempts {value!r}: use an integer >= 1")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INTEGER:
+        raise ConfigurationError(
+            f"invalid max_attempts {short_repr(value)}: use an integer from 1 to {MAX_INTEGER}"
+        )
     return value
 
 
@@ -98,12 +139,14 @@ def _timeout(value: Any) -> float | None:
         return None
     seconds = parse_duration(value, what="timeout")
     if seconds <= 0:
-        raise ConfigurationError(f"invalid timeout {value!r}: must be more than 0 seconds")
+        raise ConfigurationError(
+            f"invalid timeout {short_repr(value)}: must be more than 0 seconds (or None for none)"
+        )
     return seconds
 
 
 def _result_ttl(value: Any) -> int:
-    return int(parse_duration(value, what="result_ttl"))
+    return int(parse_duration(value, what="result_ttl", maximum=MAX_RESULT_TTL_SECONDS))
 
 
 def _run_in(value: Any) -> float:
@@ -112,11 +155,18 @@ def _run_in(value: Any) -> float:
 
 def _run_at(value: Any) -> datetime:
     if not isinstance(value, datetime):
-        raise ConfigurationError(f"invalid run_at {value!r}: use a timezone-aware datetime")
-    if value.tzinfo is None:
+        raise ConfigurationError(
+            f"invalid run_at {short_repr(value)}: use a timezone-aware datetime"
+        )
+    if value.tzinfo is None or value.utcoffset() is None:
         raise ConfigurationError(
             f"invalid run_at {value.isoformat()}: naive datetime; give a timezone "
             "(e.g. datetime.now(timezone.utc))"
+        )
+    problem = check_run_at(value)
+    if problem:
+        raise ConfigurationError(
+            f"invalid run_at {value.isoformat()}: {problem}; use a time at most 100 years ahead"
         )
     return value
 
@@ -125,13 +175,27 @@ def _idempotency_key(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"invalid idempotency_key {value!r}: use a non-empty string")
+        raise ConfigurationError(
+            f"invalid idempotency_key {short_repr(value)}: use a non-empty string"
+        )
+    problem = text_problem(value)
+    if problem is None and len(value) * 4 > MAX_IDEMPOTENCY_KEY_BYTES:
+        size = len(value.encode())
+        if size > MAX_IDEMPOTENCY_KEY_BYTES:
+            problem = f"is {size} bytes long in UTF-8"
+    if problem:
+        raise ConfigurationError(
+            f"invalid idempotency_key {short_repr(value)}: {problem}; use a string of at most "
+            f"{MAX_IDEMPOTENCY_KEY_BYTES} bytes without NUL (hash a longer key)"
+        )
     return value
 
 
 def _meta(value: Any) -> str:
     if not isinstance(value, Mapping):
-        raise ConfigurationError(f"invalid meta {value!r}: use a dict of JSON values")
+        raise ConfigurationError(
+            f"invalid meta {short_repr(value)}: use a dict of JSON values"
+        )
     try:
         return dumps(dict(value))
     except (TypeError, ValueError) as exc:
@@ -144,7 +208,8 @@ def retry_intervals(value: Any) -> tuple[float, ...] | None:
         return None
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise ConfigurationError(
-            f"invalid retry_intervals {value!r}: use a list of delays, e.g. [10, 30, 60]"
+            f"invalid retry_intervals {short_repr(value)}: use a list of delays, "
+            "e.g. [10, 30, 60]"
         )
     delays = tuple(parse_duration(v, what="retry interval") for v in value)
     if not delays:
@@ -164,4 +229,7 @@ _VALIDATORS: dict[str, Any] = {
     "meta": _meta,
 }
 
-__all__ = ["ENQUEUE_OPTIONS", "TASK_OPTIONS", "JobOptions", "retry_intervals", "timedelta"]
+__all__ = [
+    "ENQUEUE_OPTIONS", "TASK_OPTIONS", "JobOptions", "queue_name", "retry_intervals",
+    "task_name", "timedelta",
+]

@@ -21,11 +21,18 @@ from pgqueue.db.connections import async_connection, sync_connection
 from pgqueue.db.plans import Plan, run_async, run_sync
 from pgqueue.db.queries import Queries, for_schema
 from pgqueue.dead_jobs import DeadRetryResult
-from pgqueue.errors import ConfigurationError, JobNotFound, TaskNotFound
+from pgqueue.errors import ConfigurationError, JobNotFound, SchemaOutOfDate, TaskNotFound
 from pgqueue.job import API_STATUSES, Job
 from pgqueue.operations import cancel_job, get_job, list_jobs
-from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals
-from pgqueue.settings import EMBEDDED, normalize_dsn, parse_duration, resolve_dsn, resolve_schema
+from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals, task_name
+from pgqueue.settings import (
+    EMBEDDED,
+    normalize_dsn,
+    parse_duration,
+    resolve_dsn,
+    resolve_schema,
+    split_pool_mode,
+)
 from pgqueue.stats import QueueStats, WorkerInfo, list_workers, queue_stats
 from pgqueue.task import Task
 
@@ -33,6 +40,13 @@ if TYPE_CHECKING:
     from pgqueue.worker.settings import WorkerSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# What PostgreSQL raises when a statement names a table, column or function that the
+# schema lacks: a schema that was never migrated, or is older than this code.
+_MISSING_OBJECTS = (
+    psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn,
+    psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName,
+)
 T = TypeVar("T")
 
 
@@ -46,6 +60,7 @@ class Queue:
     def __init__(self, dsn: str | None = None, schema: str | None = None) -> None:
         self._explicit_dsn = normalize_dsn(dsn) if dsn else None
         self._dsn: str | None = None
+        self._pool_mode: str | None = None
         self.schema = resolve_schema(schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._lock = threading.Lock()
@@ -59,7 +74,11 @@ class Queue:
 
     @property
     def dsn(self) -> str:
-        """The resolved DSN (starting the embedded server if that is what was asked for)."""
+        """The resolved DSN (starting the embedded server if that is what was asked for).
+
+        pgqueue's own ``pool_mode`` option is taken out (see :attr:`pool_mode`): this is
+        a DSN libpq accepts.
+        """
         with self._lock:
             if self._dsn is None:
                 resolved = resolve_dsn(self._explicit_dsn)
@@ -67,15 +86,27 @@ class Queue:
                     from pgqueue.embedded import embedded_dsn
 
                     resolved = embedded_dsn()
-                self._dsn = resolved
+                self._dsn, self._pool_mode = split_pool_mode(resolved)
             return self._dsn
+
+    @property
+    def pool_mode(self) -> str:
+        """``transaction`` when the DSN says ``pool_mode=transaction`` (a pooler such as
+        PgBouncer in transaction mode sits in front of PostgreSQL), else ``session``."""
+        self.dsn  # noqa: B018 - resolving the DSN reads the option
+        return self._pool_mode or "session"
+
+    def _connection_options(self) -> dict[str, Any]:
+        """Options of the Queue's own connections: behind a transaction pooler, never
+        prepare statements on the server (``prepare_threshold=None``)."""
+        return {"prepare_threshold": None} if self.pool_mode == "transaction" else {}
 
     def configure(self, *, dsn: str | None = None, schema: str | None = None) -> Queue:
         """Point this Queue elsewhere before first use (what ``pgq --dsn`` does)."""
         self.close()
         if dsn is not None:
             self._explicit_dsn = normalize_dsn(dsn)
-            self._dsn = None
+            self._dsn = self._pool_mode = None
         if schema is not None:
             self.schema = resolve_schema(schema)
         return self
@@ -106,16 +137,16 @@ class Queue:
         intervals = retry_intervals(options.get("retry_intervals"))
 
         def register(target: F) -> Task[Any, Any]:
-            task_name = name or f"{target.__module__}.{target.__qualname__}"
-            if task_name in self.tasks and self.tasks[task_name].func is not target:
+            registered = task_name(name or f"{target.__module__}.{target.__qualname__}")
+            if registered in self.tasks and self.tasks[registered].func is not target:
                 raise ConfigurationError(
-                    f"task name {task_name!r} is already registered; pass name= to tell "
+                    f"task name {registered!r} is already registered; pass name= to tell "
                     "them apart"
                 )
             task: Task[Any, Any] = Task(
-                self, target, name=task_name, options=defaults, retry_intervals=intervals
+                self, target, name=registered, options=defaults, retry_intervals=intervals
             )
-            self.tasks[task_name] = task
+            self.tasks[registered] = task
             return task
 
         return register(func) if func is not None else register
@@ -134,12 +165,12 @@ class Queue:
         with self._lock:
             pool = self._pool
         if pool is None:
-            dsn = self.dsn
+            dsn, options = self.dsn, self._connection_options()  # both take self._lock
             with self._lock:
                 if self._pool is None:
                     self._pool = ConnectionPool(
                         dsn, min_size=1, max_size=4, open=True, name="pgqueue",
-                        timeout=30.0,
+                        timeout=30.0, kwargs=options,
                     )
                 pool = self._pool
         return pool
@@ -151,7 +182,8 @@ class Queue:
             for stale in [other for other in self._async_pools if other.is_closed()]:
                 del self._async_pools[stale]
             pool = AsyncConnectionPool(
-                self.dsn, min_size=1, max_size=4, open=False, name="pgqueue-async"
+                self.dsn, min_size=1, max_size=4, open=False, name="pgqueue-async",
+                kwargs=self._connection_options(),
             )
             await pool.open()
             self._async_pools[loop] = pool
@@ -159,18 +191,38 @@ class Queue:
 
     def run_plan(self, plan: Plan[T], conn: object | None = None) -> T:
         """Run a plan on ``conn`` (inside its transaction) or on a pooled connection."""
-        if conn is not None:
-            return run_sync(sync_connection(conn), plan)
-        with self._sync_pool().connection() as own:
-            return run_sync(own, plan)
+        try:
+            if conn is not None:
+                return run_sync(sync_connection(conn), plan)
+            with self._sync_pool().connection() as own:
+                return run_sync(own, plan)
+        except _MISSING_OBJECTS as exc:
+            raise self._schema_out_of_date(exc) from None
 
     async def run_plan_async(self, plan: Plan[T], conn: object | None = None) -> T:
         """Async :meth:`run_plan`."""
-        if conn is not None:
-            return await run_async(await async_connection(conn), plan)
-        pool = await self._async_pool()
-        async with pool.connection() as own:
-            return await run_async(own, plan)
+        try:
+            if conn is not None:
+                return await run_async(await async_connection(conn), plan)
+            pool = await self._async_pool()
+            async with pool.connection() as own:
+                return await run_async(own, plan)
+        except _MISSING_OBJECTS as exc:
+            raise self._schema_out_of_date(exc) from None
+
+    def _schema_out_of_date(self, exc: psycopg.Error) -> SchemaOutOfDate:
+        """SchemaOutOfDate for a statement that found a table or column of ours missing.
+
+        Every statement names only pgqueue's own objects, so a missing one means the
+        schema was never migrated (or is older than this code): say so, and what to run,
+        instead of the driver's traceback. Translated when it happens, so the happy path
+        pays nothing for the check.
+        """
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return SchemaOutOfDate(
+            f"schema {self.schema!r} of this database has no pgqueue tables, or older ones "
+            f"than this version of pgqueue needs ({detail}): run pgq migrate"
+        )
 
     def close(self) -> None:
         """Close this Queue's connection pools (sync ones; async pools close with their loop)."""
@@ -197,13 +249,16 @@ class Queue:
     ) -> Job:
         """Enqueue a task by name. Registered tasks validate arguments as usual; an unknown
         name is enqueued as-is (another process's worker may know it)."""
-        task = self.tasks.get(name)
+        from pgqueue.arguments import call_arguments
+
+        positional, keywords = call_arguments(args, kwargs)
+        task = self.tasks.get(task_name(name))
         if task is None:
             # An unregistered Task takes any JSON arguments and the default options, and
             # enqueues through the same TaskCall path as a registered one.
             task = Task(self, _any_arguments, name=name, options=JobOptions(),
                         retry_intervals=None)
-        return task.using(**options).enqueue(*(args or ()), **(kwargs or {}))
+        return task.using(**options).enqueue(*positional, **keywords)
 
     # -- reading and managing jobs ----------------------------------------------------
 
@@ -274,9 +329,9 @@ class Queue:
 
     # -- schema ---------------------------------------------------------------------------
 
-    def migrate(self) -> None:
-        """Create or upgrade the pgqueue schema (idempotent)."""
-        migrations.upgrade(self.dsn, self.schema)
+    def migrate(self) -> migrations.MigrationResult:
+        """Create or upgrade the pgqueue schema (idempotent); says what it did."""
+        return migrations.upgrade(self.dsn, self.schema)
 
     def migrate_sql(self) -> str:
         """The SQL ``migrate()`` would run on an empty database."""

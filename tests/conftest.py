@@ -2,7 +2,8 @@
 
 Fixtures available everywhere: ``database_server``, ``admin_dsn``/``server_dsn``,
 ``schema``, ``databases``, ``dsn``, ``empty_dsn``, ``conn`` (and ``aconn``, its async
-twin). Polling helpers:
+twin); ``pgbouncer`` (a PgBouncer in transaction mode in front of the server, from
+``tests._pgbouncer``). Polling helpers:
 ``from tests._polling import wait_until``.
 """
 
@@ -11,8 +12,17 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
 
-pytest_plugins = ["tests._database"]
+pytest_plugins = ["tests._database", "tests._pgbouncer"]
+
+
+# Property tests (tests/_strategies.py): no per-example deadline (the machine is shared
+# and the database tests do real round trips); in CI the examples are derandomized so a
+# run is reproducible. HYPOTHESIS_PROFILE=thorough tries twenty times as many.
+settings.register_profile("default", deadline=None, derandomize=bool(os.environ.get("CI")))
+settings.register_profile("thorough", deadline=None, max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -10,7 +10,7 @@ The schema name is quoted with ``psycopg.sql.Identifier`` (see ``_ddl``).
 
 from __future__ import annotations
 
-from pgqueue.migrations._ddl import execute_all
+from pgqueue.migrations._ddl import CREATE_SCHEMA, execute_all
 
 revision = "0001_initial"
 down_revision = None
@@ -19,7 +19,7 @@ depends_on = None
 
 
 UPGRADE = [
-    "CREATE SCHEMA IF NOT EXISTS {schema}",
+    CREATE_SCHEMA,
     # -- jobs: live jobs. A row leaves this table only when it dies (moved to dead_jobs)
     # -- or when a finished row is pruned after its result_ttl.
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -20,6 +21,7 @@ from psycopg import sql
 
 from pgqueue.db.plans import Plan, Statement, run_async, run_sync
 from pgqueue.errors import SchemaOutOfDate
+from pgqueue.settings import validate_schema_name
 
 SCHEMA_ATTRIBUTE = "pgqueue_schema"
 
@@ -63,21 +65,53 @@ def head_revision() -> str:
     return head
 
 
-def upgrade(dsn: str, schema: str, revision: str = "head") -> None:
+@dataclass(frozen=True)
+class MigrationResult:
+    """What :func:`upgrade` did to one schema: its revision before and after."""
+
+    schema: str
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        """True when a revision was applied."""
+        return self.before != self.after
+
+    def describe(self) -> str:
+        """One sentence for people: created, upgraded (from → to), or already current."""
+        if not self.changed:
+            return f"Schema {self.schema!r} is already at revision {self.after}; nothing to do."
+        if self.before is None:
+            return f"Created schema {self.schema!r} at revision {self.after}."
+        return f"Upgraded schema {self.schema!r} from revision {self.before} to {self.after}."
+
+
+def upgrade(dsn: str, schema: str, revision: str = "head") -> MigrationResult:
     """Bring the schema to ``revision``; a no-op when it is already there.
 
-    If pgqueue's revisions were applied from the user's own alembic environment, the
-    private version table is first stamped with the revision found there, so the two
-    routes never run the same revision twice.
+    A schema already at the target is only read (its version table), never locked or
+    altered, so a role without the CREATE privilege (a worker's) may run this on a
+    current schema. If pgqueue's revisions were applied from the user's own alembic
+    environment, the private version table is first stamped with the revision found
+    there, so the two routes never run the same revision twice.
     """
+    schema = validate_schema_name(schema)  # before any query uses it
+    target = head_revision() if revision == "head" else revision
     with psycopg.connect(dsn, autocommit=True) as conn:
         private = run_sync(conn, _private_revision_plan(schema))
         current = current_revision(conn, schema) if private is None else private
+    if private == target:
+        return MigrationResult(schema, current, current)
     with _ALEMBIC_LOCK:
         config = _alembic_config(schema, dsn)
         if private is None and current is not None:
             command.stamp(config, current)
-        command.upgrade(config, revision)
+        if current != target:
+            command.upgrade(config, revision)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        after = run_sync(conn, _private_revision_plan(schema))
+    return MigrationResult(schema, current, after)
 
 
 def _private_revision_plan(schema: str) -> Plan[str | None]:
@@ -175,10 +209,19 @@ def require_head(current: str | None, schema: str) -> None:
         logger.warning("Schema %r is at revision %s, newer than this pgqueue (%s); "
                        "starting anyway.", schema, current, head)
         return
-    found = "no pgqueue schema" if current is None else f"revision {current}"
-    raise SchemaOutOfDate(
-        f"the database has {found} in schema {schema!r} but this pgqueue needs {head}: "
-        "run pgq migrate"
+    raise SchemaOutOfDate(schema_problem(schema, current, head))
+
+
+def schema_problem(schema: str, current: str | None, head: str) -> str:
+    """The one-line SchemaOutOfDate message: what is there, what is needed, what to run."""
+    if current is None:
+        return (
+            f"schema {schema!r} of this database has not been migrated for pgqueue (no "
+            f"revision recorded; this version needs {head}): run pgq migrate"
+        )
+    return (
+        f"the pgqueue tables in schema {schema!r} are at revision {current}, but this "
+        f"version of pgqueue needs {head}: run pgq migrate to upgrade them"
     )
 
 

@@ -7,6 +7,14 @@ these two small drivers know about sync versus async.
 
 A plan may also yield :data:`CAN_COPY` (is ``COPY ... FROM STDIN`` usable here, inside
 one transaction?) and :class:`Copy` (stream rows into a table): bulk enqueue uses them.
+
+Whether a statement is prepared on the server is the connection's choice
+(``prepare_threshold``), never the plan's: behind PgBouncer in transaction mode a
+prepared statement can land on a server connection that lacks it, or that holds another
+client's statement of the same name. The Queue's own connections stop preparing when its
+DSN says ``pool_mode=transaction``; a caller's connection (``conn=``) follows its own
+``prepare_threshold``, which a client of such a pooler sets to None for its own queries
+anyway (docs/guides/deployment.md).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ AWKWARD_ARGS: list[tuple[Any, ...]] = [
     "options",
     [
         {},
-        {"queue": "odd\tqueue\\name", "priority": -7, "max_attempts": 9, "timeout": 2.5,
+        {"queue": "odd queue\\name", "priority": -7, "max_attempts": 9, "timeout": 2.5,
          "result_ttl": 60, "meta": {"who": "tab\there \\ and \"quotes\""}},
         {"run_in": 600},
         {"run_at": datetime(2031, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)},

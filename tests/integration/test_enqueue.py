@@ -37,8 +37,8 @@ def test_enqueue_inserts_a_queued_job_with_the_defaults(q: Queue, dsn: str) -> N
     stored = row(dsn, job.id)
     assert stored is not None
     assert stored["task"] == job.task
-    assert stored["args"] == ["u1", "a@example.com"]
-    assert stored["kwargs"] == {}
+    assert stored["args"] == ["u1"]  # stored as given (contract §8)
+    assert stored["kwargs"] == {"email": "a@example.com"}
     assert (stored["queue"], stored["priority"], stored["max_attempts"]) == ("default", 0, 3)
     assert (stored["timeout"], stored["result_ttl"], stored["meta"]) == (None, 86400, {})
     assert (stored["status"], stored["attempts"], stored["idempotency_key"]) == ("queued", 0, None)
@@ -148,7 +148,8 @@ async def test_enqueue_async_and_using_enqueue_async(aq: Queue, dsn: str) -> Non
     second = await task.using(priority=3, queue="q2").enqueue_async(x=2)
     stored = await asyncio.to_thread(row, dsn, second.id)
     assert stored is not None
-    assert (stored["args"], stored["priority"], stored["queue"]) == ([2], 3, "q2")
+    assert (stored["args"], stored["kwargs"], stored["priority"], stored["queue"]) == (
+        [], {"x": 2}, 3, "q2")
     assert first.id < second.id
     assert (first.status, second.status) == ("queued", "queued")
 
@@ -175,7 +176,8 @@ def test_enqueue_many_takes_tuples_and_dicts_in_one_statement(q: Queue, dsn: str
         CountingCursor.executed = 0
         jobs = task.using(conn=conn, priority=4, queue="bulk").enqueue_many(items)
         assert CountingCursor.executed == 1
-    assert [job.args for job in jobs] == [[1], [2, "two"], [3, "three"], [4], [5]]
+    assert [job.args for job in jobs] == [[1], [], [3, "three"], [], [5]]
+    assert [job.kwargs for job in jobs] == [{}, {"a": 2, "b": "two"}, {}, {"a": 4}, {}]
     ids = [job.id for job in jobs]
     assert ids == sorted(ids)
     with psycopg.connect(dsn, row_factory=dict_row) as conn:
