@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from pgqueue.bounds import short_repr
 from pgqueue.errors import ArgumentError
-from pgqueue.limits import short_repr
 from pgqueue.serialization import dumps
 
 _SKIP = (inspect.Parameter.empty, typing.Any, object)

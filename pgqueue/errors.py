@@ -8,7 +8,7 @@ with the job, so they sit outside the tree.
 
 from __future__ import annotations
 
-from pgqueue.limits import check_delay
+from pgqueue.bounds import check_delay
 
 __all__ = [
     "ArgumentError",

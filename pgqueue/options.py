@@ -11,8 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgqueue.errors import ConfigurationError
-from pgqueue.limits import (
+from pgqueue.bounds import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_INTEGER,
     MAX_QUEUE_NAME_LENGTH,
@@ -23,6 +22,7 @@ from pgqueue.limits import (
     short_repr,
     text_problem,
 )
+from pgqueue.errors import ConfigurationError
 from pgqueue.serialization import dumps
 from pgqueue.settings import parse_duration
 

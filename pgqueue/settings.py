@@ -17,13 +17,13 @@ from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pgqueue.errors import ConfigurationError
-from pgqueue.limits import (
+from pgqueue.bounds import (
     CHANNEL_SUFFIX,
     MAX_DELAY_SECONDS,
     MAX_SCHEMA_NAME_LENGTH,
     short_repr,
 )
+from pgqueue.errors import ConfigurationError
 
 EMBEDDED = "embedded"
 

@@ -26,8 +26,8 @@ from typing import Final
 
 from psycopg import sql
 
+from pgqueue.bounds import name_problem, short_repr
 from pgqueue.errors import ConfigurationError
-from pgqueue.limits import name_problem, short_repr
 
 __all__ = [
     "DEFAULT_ROLE_NAMES", "ROLE_KINDS", "SEQUENCE_PRIVILEGES", "TABLE_PRIVILEGES", "RoleNames",

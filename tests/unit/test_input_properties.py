@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from pgqueue import ArgumentError, ConfigurationError, Retry, Snooze
 from pgqueue.arguments import Signature
+from pgqueue.bounds import MAX_DELAY_SECONDS, MAX_SCHEMA_NAME_LENGTH
 from pgqueue.cli.logs import LineFormatter
-from pgqueue.limits import MAX_DELAY_SECONDS, MAX_SCHEMA_NAME_LENGTH
 from pgqueue.options import ENQUEUE_OPTIONS, JobOptions, queue_name, task_name
 from pgqueue.serialization import dumps, storable_text
 from pgqueue.settings import parse_duration, validate_schema_name

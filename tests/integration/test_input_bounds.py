@@ -29,10 +29,10 @@ from pgqueue import (
     SchemaOutOfDate,
     Snooze,
 )
+from pgqueue.bounds import MAX_IDEMPOTENCY_KEY_BYTES, MAX_SCHEMA_NAME_LENGTH
 from pgqueue.cli.errors import one_line_error
 from pgqueue.db.migrate import upgrade
 from pgqueue.db.names import notify_channel
-from pgqueue.limits import MAX_IDEMPOTENCY_KEY_BYTES, MAX_SCHEMA_NAME_LENGTH
 from tests.integration._worker_helpers import row, run_burst
 
 

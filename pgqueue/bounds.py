@@ -1,4 +1,4 @@
-"""The limits of every value that reaches the database, and the checks that enforce them.
+"""The bounds of every value that reaches the database, and the checks that enforce them.
 
 Each limit exists because PostgreSQL (or Python, reading a row back) would otherwise
 fail later, far from the call that passed the value: an idempotency key too large for

@@ -3,7 +3,7 @@
 Each refusal is one line that names the field and the accepted range (issue 10, items
 6 to 9). The database-side consequences (what these values did before: raw psycopg
 errors, a worker that cannot read a row back) are in
-tests/integration/test_input_limits.py.
+tests/integration/test_input_bounds.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pgqueue import ArgumentError, ConfigurationError, Queue, Retry, Snooze
-from pgqueue.limits import (
+from pgqueue.bounds import (
     MAX_DELAY_SECONDS,
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_INTEGER,
