@@ -386,7 +386,7 @@ def bench_session(dsn: str, *, result_ttl: int = 86400, drop: bool = False) -> I
 
 
 def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
-          timeout: float = 600.0) -> dict[str, Any]:
+          timeout: float = 600.0, worker_args: Sequence[str] = ()) -> dict[str, Any]:
     """Enqueue ``jobs`` no-op jobs with one ``enqueue_many`` into idle workers; time the drain.
 
     The workers are started and registered first (their start-up is not timed). The drain
@@ -401,7 +401,8 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
     checkpoint(bench.dsn)
     items = [(i,) for i in range(jobs)]
     bench.module.q.workers()  # opens the enqueue pool outside the timing
-    with Workers(bench, count=processes, concurrency=concurrency), connect(bench.dsn) as conn:
+    with Workers(bench, count=processes, concurrency=concurrency, extra=worker_args), \
+            connect(bench.dsn) as conn:
         t0 = time.perf_counter()
         bench.module.noop.enqueue_many(items)
         t1 = time.perf_counter()

@@ -10,6 +10,8 @@ or running. Reports the median of the repetitions.
 
 from __future__ import annotations
 
+import shlex
+
 import _common as c
 
 
@@ -19,6 +21,8 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per drain")
+    p.add_argument("--worker-args", default="",
+                   help="extra pgq worker options, e.g. '--prefetch 0'")
     args = p.parse_args()
 
     runs = []
@@ -26,7 +30,7 @@ def main() -> None:
         info = c.machine(args.dsn)
         for rep in range(1, args.reps + 1):
             run = c.drain(bench, jobs=args.jobs, concurrency=args.concurrency,
-                          timeout=args.timeout)
+                          timeout=args.timeout, worker_args=shlex.split(args.worker_args))
             c.log(f"rep {rep}: drain {c.fmt(run['drain_per_s'])} jobs/s, "
                   f"enqueue {c.fmt(run['enqueue_per_s'])} jobs/s")
             runs.append(run)
@@ -36,6 +40,7 @@ def main() -> None:
         "benchmark": "throughput",
         "jobs": args.jobs,
         "concurrency": args.concurrency,
+        "worker_args": args.worker_args,
         "processes": 1,
         "reps": args.reps,
         "drain_per_s": c.median(drains),

@@ -51,6 +51,14 @@ def worker(
         typer.Option("--concurrency", "-c", metavar="N", show_default=False,
                      help=f"Jobs run at once (default {_DEFAULTS.concurrency})."),
     ] = None,
+    prefetch: Annotated[
+        int | None,
+        typer.Option("--prefetch", metavar="K", show_default=False,
+                     help="Jobs claimed beyond the slots: started as slots free, and ended "
+                          "jobs whose outcome is not yet committed; SQL never shows more "
+                          "than concurrency + K running for this worker "
+                          "(default: as many as --concurrency; 0 allowed)."),
+    ] = None,
     queues: Annotated[
         str | None,
         typer.Option("--queues", "-Q", metavar="A,B",
@@ -89,6 +97,7 @@ def worker(
     configure_logging(log_level.value)
     given: dict[str, Any] = {
         "concurrency": concurrency,
+        "prefetch": prefetch,
         "queues": queues,
         "shutdown_timeout": shutdown_timeout,
         "poll_interval": poll_interval,

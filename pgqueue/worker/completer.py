@@ -11,6 +11,7 @@ the process lives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import replace
@@ -54,6 +55,7 @@ class Completer(Service):
         # The batch being written: kept until a write succeeds, across reconnections.
         self._batch: list[Outcome] = []
         self._arrived = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -72,6 +74,13 @@ class Completer(Service):
         self._arrived.set()
 
     @property
+    def unrecorded(self) -> int:
+        """Final outcomes not yet committed. Their jobs still read ``running`` in SQL, so
+        the worker counts them against its slots (what SQL shows stays true)."""
+        return (sum(1 for o in self._pending.values() if o.final)
+                + sum(1 for o in self._batch if o.final))
+
+    @property
     def idle(self) -> bool:
         """True when no outcome waits to be written."""
         return self._idle.is_set()
@@ -80,12 +89,21 @@ class Completer(Service):
         """Return once every submitted outcome has been written (or dropped as fenced)."""
         await self._idle.wait()
 
+    def hurry(self) -> None:
+        """Write what is pending without waiting out ``flush_interval``: the producer has
+        no free slot, and pending outcomes hold slots until they are committed."""
+        if self._pending:
+            self._hurry.set()
+
     async def wait(self) -> None:
-        """Until outcomes arrive, then a moment more (``flush_interval``) so that the
-        outcomes of executions ending together share one batch."""
+        """Until outcomes arrive, then a moment more (``flush_interval``, cut short by
+        :meth:`hurry`) so that the outcomes of executions ending together share a batch."""
         await self._arrived.wait()
-        if self._flush_interval:
-            await asyncio.sleep(self._flush_interval)
+        if self._flush_interval and not self._hurry.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._flush_interval):
+                    await self._hurry.wait()
+        self._hurry.clear()
         self._arrived.clear()
 
     async def run_once(self) -> None:

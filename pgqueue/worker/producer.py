@@ -63,6 +63,7 @@ class Producer(Service):
         healthy: Callable[[], bool],
         burst: bool = False,
         is_idle: Callable[[], bool] = lambda: True,
+        starved: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff())
         self._queries = queries
@@ -87,6 +88,7 @@ class Producer(Service):
         self._healthy = healthy
         self._burst = burst
         self._is_idle = is_idle
+        self._starved = starved
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         # Set while the producer sleeps with nothing to claim, until the next wake-up,
@@ -155,6 +157,7 @@ class Producer(Service):
     async def _wait_for_slot(self) -> None:
         self._slot_freed.clear()
         if self._free_slots() == 0:
+            self._starved()
             await self._slot_freed.wait()
         # Let executions finishing in this same loop iteration free their slots too, so
         # the next claim fetches several jobs in one round trip.
@@ -166,7 +169,8 @@ class Producer(Service):
         self.sleeping.set()
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
         finally:
             self.sleeping.clear()
 
@@ -180,7 +184,8 @@ class Producer(Service):
         limit = min(self._free_slots(), MAX_CLAIM)
         self._wake.clear()
         jobs = await self.claim(limit)
-        for job in jobs:
+        # Claims return rows unordered; prefetched jobs start in the order handed over.
+        for job in sorted(jobs, key=_claim_order):
             self._start_job(job)
         if len(jobs) == limit:
             return  # a full claim: more may be ready right now
@@ -213,10 +218,16 @@ class Producer(Service):
         """In burst mode, with jobs still running: wait for one to end, then look again."""
         self._slot_freed.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._slot_freed.wait(), 0.05)
+            async with asyncio.timeout(0.05):
+                await self._slot_freed.wait()
+
+
+def _claim_order(job: ClaimedJob) -> tuple[int, datetime, int]:
+    """Sorts jobs as the claim index does: priority descending, run_at, id."""
+    return (-job.priority, job.run_at, job.id)
 
 
 def _last_in_claim_order(jobs: list[ClaimedJob]) -> ClaimKey:
     """The claim-order key of the job a claim reached last (claims return rows unordered)."""
-    last = max(jobs, key=lambda job: (-job.priority, job.run_at, job.id))
+    last = max(jobs, key=_claim_order)
     return (last.priority, last.run_at, last.id)

@@ -142,6 +142,10 @@ class Service:
         task ended.
         """
         task, self._task = self._task, None
+        # Also end the loop by its own test: a cancellation can be lost (Python 3.11's
+        # asyncio.wait_for returns its result instead of raising when the awaited event
+        # is set in the same iteration as the cancel), and the loop would then go on.
+        self.finished = True
         if task is not None:
             task.cancel()
             # gather, not a bare await: the task's own error or cancellation stays in the

@@ -22,6 +22,11 @@ class WorkerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     concurrency: int = Field(default=8, ge=1, le=10_000)
+    # Jobs claimed beyond the slots: prefetched jobs waiting to start, and ended jobs
+    # whose outcome is not committed yet. See Worker._free_slots and docs/explanation/
+    # performance.md for the measurement behind the default.
+    # None: as many as ``concurrency``.
+    prefetch: int | None = Field(default=None, ge=0, le=10_000)
     queues: list[str] = Field(default_factory=list)
     poll_interval: float = 5.0
     lease: float = timings.DEFAULT_LEASE
@@ -32,6 +37,12 @@ class WorkerSettings(BaseModel):
     rescue_interval: float = timings.DEFAULT_RESCUE_INTERVAL
     prune_interval: float = timings.DEFAULT_PRUNE_INTERVAL
     completion_flush_interval: float = 0.002
+
+    @property
+    def allowance(self) -> int:
+        """Jobs a worker may hold beyond its slots (``prefetch``; by default as many as
+        the slots)."""
+        return self.concurrency if self.prefetch is None else self.prefetch
 
     def __init__(self, **data: Any) -> None:
         try:

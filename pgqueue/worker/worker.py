@@ -15,12 +15,14 @@ exits at once and leaves the rest to lease expiry. The bounds on each step are i
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
 import signal
 import socket
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from pgqueue.db.migrate import check_schema_async
@@ -61,7 +63,11 @@ class Worker:
         self.settings = settings
         self.dsn = queue.dsn
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        # Every job this worker holds under its lease, started or not (heartbeats renew
+        # them all); the prefetched ones also wait in _waiting, in claim order.
         self.executions: dict[int, Execution] = {}
+        self._waiting: deque[Execution] = deque()
+        self._draining = False
         self._stop = asyncio.Event()
         self._interrupts = 0
         queries = queue.queries
@@ -89,9 +95,9 @@ class Worker:
             connect=self.connections.connector(CLAIMS), queries=queries, worker_id=self.id,
             queues=settings.queues,
             lease=settings.lease, poll_interval=settings.poll_interval,
-            free_slots=lambda: settings.concurrency - len(self.executions),
+            free_slots=self._free_slots,
             start=self._start, healthy=lambda: self.heartbeat.healthy,
-            burst=settings.burst, is_idle=self._is_idle,
+            burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
         )
         self.listener = Listener(
             connect=self.connections.connector(), channel=notify_channel(queue.schema),
@@ -121,24 +127,56 @@ class Worker:
 
     # -- executions ---------------------------------------------------------------------
 
+    def _free_slots(self) -> int:
+        """How many more jobs this worker may claim.
+
+        A job holds its place from its claim until its outcome is committed: until then
+        SQL shows it ``running``, so a worker's ``running`` rows never exceed
+        ``concurrency + prefetch`` (issue 18.2). Outcomes waiting in the completer's batch
+        count; an execution that ended with nothing to record (a lost lease) does not.
+        """
+        held = len(self.executions) + self.completer.unrecorded
+        return max(0, self.settings.concurrency + self.settings.allowance - held)
+
     def _start(self, job: ClaimedJob) -> None:
         stale = self.executions.get(job.id)
         if stale is not None and stale.job.token != job.token:
-            # We claimed a job we still run: our lease on the older claim was lost (the
+            # We claimed a job we still hold: our lease on the older claim was lost (the
             # rescuer requeued it, or the claim was lost in a PostgreSQL crash) before a
             # heartbeat told us. Stop that run now, or it would go on unseen: outside the
             # concurrency count and never released.
             self._lease_lost(stale)
         execution = self.executor.prepare(job)
         self.executions[job.id] = execution
-        task = asyncio.create_task(self.executor.run(execution), name=f"pgqueue-job-{job.id}")
-        execution.asyncio_task = task
-        task.add_done_callback(lambda done: self._finished(execution, done))
+        self._waiting.append(execution)
+        self._start_waiting()
 
-    def _finished(self, execution: Execution, done: asyncio.Task[Outcome | None]) -> None:
+    def _start_waiting(self) -> None:
+        """Start prefetched jobs, in claim order, while slots are free."""
+        while self._waiting and not self._draining and \
+                len(self.executions) - len(self._waiting) < self.settings.concurrency:
+            execution = self._waiting.popleft()
+            if execution.cancel_reason is not None:
+                # Cancelled, or its lease lost, while it waited: it never runs.
+                self._forget(execution)
+                if execution.cancel_reason == "cancelled":
+                    self.completer.submit(Outcome.of(execution.job, "cancelled",
+                                                     error="cancelled before it started"))
+                continue
+            execution.started = time.monotonic()
+            task = asyncio.create_task(self.executor.run(execution),
+                                       name=f"pgqueue-job-{execution.job.id}")
+            execution.asyncio_task = task
+            task.add_done_callback(functools.partial(self._finished, execution))
+
+    def _forget(self, execution: Execution) -> None:
         if self.executions.get(execution.job.id) is execution:
             del self.executions[execution.job.id]
         self.producer.slot_freed()
+
+    def _finished(self, execution: Execution, done: asyncio.Task[Outcome | None]) -> None:
+        self._forget(execution)
+        self._start_waiting()
         if done.cancelled():
             return
         error = done.exception()
@@ -165,8 +203,11 @@ class Worker:
             loop.call_soon_threadsafe(self.completer.submit, outcome)
 
     def _recorded(self, outcome: Outcome, recorded: bool) -> None:
-        """Completer callback: a job retried or snoozed for less than the poll interval
-        wakes the producer when it is due (no NOTIFY is sent for a future run_at)."""
+        """Completer callback: a final outcome frees its job's place (see _free_slots); a
+        job retried or snoozed for less than the poll interval wakes the producer when it
+        is due (no NOTIFY is sent for a future run_at)."""
+        if outcome.final:
+            self.producer.slot_freed()
         if recorded and outcome.kind in ("retry", "snooze") and \
                 0 < outcome.delay < self.settings.poll_interval and self._loop is not None:
             self._loop.call_later(outcome.delay, self.producer.wake)
@@ -257,6 +298,7 @@ class Worker:
 
     async def _shutdown(self) -> None:
         await self.producer.stop()  # claim nothing more
+        self._release_waiting()
         await self._drain()
         try:
             await asyncio.wait_for(self.completer.wait_idle(), timings.FINAL_FLUSH)
@@ -269,6 +311,15 @@ class Worker:
         self.threads.shutdown()
         await self._deregister()
         logger.info("Worker %s stopped.", self.id)
+
+    def _release_waiting(self) -> None:
+        """Prefetched jobs go back to the queue at once, their attempt given back."""
+        self._draining = True
+        while self._waiting:
+            execution = self._waiting.popleft()
+            self._forget(execution)
+            if execution.cancel_reason != "lease_lost":
+                self.completer.submit(Outcome.of(execution.job, "release"))
 
     async def _drain(self) -> None:
         """Let running jobs finish within shutdown_timeout, then release the rest."""

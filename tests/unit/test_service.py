@@ -116,3 +116,33 @@ async def test_retrying_gives_up_when_on_failure_raises() -> None:
         await retrying(attempt, backoff=Backoff(base=0.1, cap=0.4), on_failure=on_failure)
     assert len(calls) == 3
     assert 0.05 <= calls[0] <= 0.1 and 0.2 <= calls[2] <= 0.4  # capped exponential
+
+
+class Sleeper(Service):
+    """Waits for an event with asyncio.wait_for in every round, as a service might."""
+
+    name = "sleeper"
+
+    def __init__(self) -> None:
+        async def connect() -> psycopg.AsyncConnection[Any]:
+            return cast("psycopg.AsyncConnection[Any]", FakeConnection(1))
+
+        super().__init__(connect=connect, backoff=Backoff())
+        self.event = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def run_once(self) -> None:
+        self.waiting.set()
+        await asyncio.wait_for(self.event.wait(), 10)
+        self.event.clear()
+
+
+async def test_stop_ends_a_service_whose_cancellation_is_swallowed() -> None:
+    # Python 3.11's wait_for returns the awaited result instead of raising when the
+    # event is set in the same iteration as the cancel; the cancellation is then lost.
+    # stop() must end the service anyway (it hung a worker's shutdown before).
+    service = Sleeper()
+    service.start()
+    await asyncio.wait_for(service.waiting.wait(), 5)
+    service.event.set()
+    await asyncio.wait_for(service.stop(), 5)

@@ -126,3 +126,15 @@ async def long_transaction(seconds: float, ctx: JobContext) -> dict[str, int]:
         )
         await asyncio.sleep(seconds)
     return {"pid": os.getpid(), "attempt": ctx.attempt}
+
+
+@q.task(name="chaos.noop")
+async def noop(n: int) -> int:
+    """Returns at once: a drain of these is all claims and outcomes."""
+    return n
+
+
+@q.task(name="chaos.noop_sync")
+def noop_sync(n: int) -> int:
+    """Returns at once, from a thread of the worker's pool."""
+    return n
