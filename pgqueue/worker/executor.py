@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,6 +21,7 @@ from pgqueue.errors import Discard, LeaseLost, Retry, Snooze
 from pgqueue.job import Job
 from pgqueue.serialization import encode_result
 from pgqueue.task import Task
+from pgqueue.worker import timings
 from pgqueue.worker.backoff import retry_delay
 from pgqueue.worker.outcome import Outcome, OutcomeKind
 from pgqueue.worker.threads import DaemonThreadPool
@@ -121,8 +122,8 @@ class Executor:
                 current.uncancel()
             return self._stopped(execution)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
+            # SystemExit and KeyboardInterrupt too: a task cannot end the worker (and every
+            # job running beside it); they fail this attempt like any error.
             return self._failed(task, execution, exc)
         if execution.cancel_reason is not None:
             return self._stopped(execution)
@@ -135,18 +136,52 @@ class Executor:
         deadline = asyncio.timeout(timeout)
         try:
             if task.is_async:
-                async with deadline:
+                if timeout is None:
                     return await task.func(*args, **kwargs)
+                return await self._bounded(task.func(*args, **kwargs), execution, deadline)
             future = self.threads.submit(lambda: task.func(*args, **kwargs))
-            async with deadline:
-                # shield: a timeout or shutdown stops our wait, not the thread's future,
-                # so the thread's late result lands in a future nobody reads.
-                return await asyncio.shield(future)
+            try:
+                async with deadline:
+                    # shield: a timeout or shutdown stops our wait, not the thread's
+                    # future, so the thread's late result lands in a future nobody reads.
+                    return await asyncio.shield(future)
+            finally:
+                if not future.done() and self.threads.abandon(future):
+                    logger.warning(
+                        "Job %s (%s): attempt %s ended but its thread is still running "
+                        "(sync code cannot be interrupted); its slot stays taken until the "
+                        "call returns (%d stuck thread(s) in this worker).", execution.job.id,
+                        execution.job.task, execution.job.attempt, self.threads.stuck,
+                        extra=_extra(execution.job))
         except TimeoutError:
             # Only our deadline is a timeout (the task may raise TimeoutError itself);
             # the flag tells _failed so and tells a sync task to stop.
             if deadline.expired():
                 execution.ctx.request_cancel()
+            raise
+
+    async def _bounded(
+        self, coro: Coroutine[Any, Any, Any], execution: Execution, deadline: asyncio.Timeout
+    ) -> Any:
+        """Await an async task's coroutine under its timeout, in a task of its own, so
+        that code swallowing its cancellation cannot hold the attempt forever (issue
+        10.5): once our wait ends (the deadline, a stop, a lost lease) the coroutine is
+        cancelled and given ``ABANDON_AFTER``; then it is left to run unawaited, and the
+        attempt ends as it would have."""
+        child = asyncio.create_task(coro, name=f"pgqueue-task-{execution.job.id}")
+        try:
+            async with deadline:
+                return await asyncio.shield(child)
+        except BaseException:
+            if not child.done():
+                child.cancel()
+                done, _ = await asyncio.wait({child}, timeout=timings.ABANDON_AFTER)
+                if not done:
+                    job = execution.job
+                    logger.warning(
+                        "Job %s (%s): the task ignored its cancellation for %g s; attempt %s "
+                        "ends without it (the coroutine runs on, unawaited).", job.id,
+                        job.task, timings.ABANDON_AFTER, job.attempt, extra=_extra(job))
             raise
 
     # -- turning what happened into an outcome -------------------------------------------
@@ -200,6 +235,10 @@ class Executor:
             text = f"TimeoutError: task {job.task!r} timed out after {job.timeout:g}s"
             return self._final_or_retry(execution, text, delay)
         text = "".join(traceback.format_exception(exc)).rstrip()
+        if isinstance(exc, SystemExit | KeyboardInterrupt):
+            # Last, so that the one-line summary (the last line) says what happened.
+            text += (f"\n{type(exc).__name__}({', '.join(map(repr, exc.args))}) raised by "
+                     f"task {job.task!r}: a task cannot stop the worker; this attempt failed")
         return self._final_or_retry(execution, text, delay)
 
     def _final_or_retry(self, execution: Execution, error: str, delay: float | None) -> Outcome:

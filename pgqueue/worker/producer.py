@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pgqueue.db.queries import ClaimedJob, Queries, Query
+from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Connect
 from pgqueue.worker.service import Service
@@ -107,6 +108,18 @@ class Producer(Service):
         """An execution ended."""
         self._slot_freed.set()
 
+    async def stop(self) -> None:
+        """Let a claim in flight finish, then stop. Cancelled mid-statement, a claim may
+        commit in the database while its jobs never reach us: they would sit ``running``
+        until their lease expired. Its jobs are handed over like any others (the worker
+        releases what it does not start)."""
+        self.finished = True
+        self._wake.set()
+        self._slot_freed.set()
+        if self._task is not None:
+            await asyncio.wait({self._task}, timeout=timings.PRODUCER_STOP_WAIT)
+        await super().stop()
+
     async def claim(self, limit: int) -> list[ClaimedJob]:
         """Claim up to ``limit`` ready jobs: behind the cursor while that lasts, else (or
         for what it left short) from the head of the claim index."""
@@ -179,7 +192,7 @@ class Producer(Service):
 
         With ``burst``, the service finishes once nothing is ready or running.
         """
-        if not await self._can_claim():
+        if self.finished or not await self._can_claim():
             return
         limit = min(self._free_slots(), MAX_CLAIM)
         self._wake.clear()

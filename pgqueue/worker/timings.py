@@ -61,11 +61,24 @@ DEFAULT_PRUNE_INTERVAL: Final = 30.0
 STALE_WORKER_GRACE: Final = 10.0
 
 # -- Shutdown ------------------------------------------------------------------------------------
+# How long a stopping worker waits for a claim in flight to return (then it cancels it;
+# its jobs, if it committed, come back when their lease expires).
+PRODUCER_STOP_WAIT: Final = 1.0
 # How long a stopping worker lets running jobs finish before it releases them.
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 30.0
 # After releasing them: how long it waits for their tasks to acknowledge cancellation
 # (async code that swallows it is released anyway).
-RELEASE_WAIT: Final = 5.0
+RELEASE_WAIT: Final = 1.0
+# The bound on a stop, beyond shutdown_timeout, while the database is reachable: the
+# release wait, writing the last outcomes, removing the worker row, and a last moment for
+# leftover tasks (LEFTOVER_GRACE), which are then abandoned (async code that swallows its
+# cancellation would otherwise keep the event loop, and the process, alive forever).
+# tests/e2e/test_worker_containment.py measures it.
+SHUTDOWN_GRACE: Final = 3.0
+# How long an async task's coroutine may take to acknowledge its cancellation (at its
+# timeout, a stop or a lost lease) before the attempt ends without it.
+ABANDON_AFTER: Final = 1.0
+LEFTOVER_GRACE: Final = 0.5
 # How long shutdown keeps trying to record outcomes while the database is unreachable;
 # after that the leases (no longer renewed) hand the jobs to other workers.
 FINAL_FLUSH: Final = 15.0

@@ -21,6 +21,7 @@ import os
 import secrets
 import signal
 import socket
+import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -72,7 +73,7 @@ class Worker:
         self._interrupts = 0
         queries = queue.queries
         self.connections = WorkerConnections(self.dsn, self.id)
-        self.threads = DaemonThreadPool(settings.concurrency)
+        self.threads = DaemonThreadPool(settings.concurrency, on_unstuck=self._unstuck)
         self.task_connections = TaskConnections(self.dsn, settings.concurrency)
         self.completer = Completer(
             connect=self.connections.connector(COMPLETIONS), queries=queries,
@@ -133,9 +134,10 @@ class Worker:
         A job holds its place from its claim until its outcome is committed: until then
         SQL shows it ``running``, so a worker's ``running`` rows never exceed
         ``concurrency + prefetch`` (issue 18.2). Outcomes waiting in the completer's batch
-        count; an execution that ended with nothing to record (a lost lease) does not.
+        count; an execution that ended with nothing to record (a lost lease) does not. A
+        thread stuck in a sync call whose attempt already ended keeps its slot.
         """
-        held = len(self.executions) + self.completer.unrecorded
+        held = len(self.executions) + self.completer.unrecorded + self.threads.stuck
         return max(0, self.settings.concurrency + self.settings.allowance - held)
 
     def _start(self, job: ClaimedJob) -> None:
@@ -153,8 +155,8 @@ class Worker:
 
     def _start_waiting(self) -> None:
         """Start prefetched jobs, in claim order, while slots are free."""
-        while self._waiting and not self._draining and \
-                len(self.executions) - len(self._waiting) < self.settings.concurrency:
+        while self._waiting and not self._draining and not self._stop.is_set() and \
+                self._executing() < self.settings.concurrency:
             execution = self._waiting.popleft()
             if execution.cancel_reason is not None:
                 # Cancelled, or its lease lost, while it waited: it never runs.
@@ -168,6 +170,16 @@ class Worker:
                                        name=f"pgqueue-job-{execution.job.id}")
             execution.asyncio_task = task
             task.add_done_callback(functools.partial(self._finished, execution))
+
+    def _executing(self) -> int:
+        """Slots in use: started jobs, and threads still stuck in a call nobody awaits."""
+        return len(self.executions) - len(self._waiting) + self.threads.stuck
+
+    def _unstuck(self) -> None:
+        """A stuck thread returned: its slot is free again."""
+        logger.info("A stuck task thread returned; %d still stuck.", self.threads.stuck)
+        self.producer.slot_freed()
+        self._start_waiting()
 
     def _forget(self, execution: Execution) -> None:
         if self.executions.get(execution.job.id) is execution:
@@ -275,7 +287,14 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         await self._wait_for_database()
         await self.heartbeat.beat()  # registers the worker row before the first claim
-        if self.settings.install_signal_handlers:
+        self._handles_signals = self.settings.install_signal_handlers
+        if self._handles_signals and threading.current_thread() is not threading.main_thread():
+            # Signal handlers can only be installed in the main thread (issue 18.9).
+            logger.info("Not in the main thread: no SIGTERM/SIGINT handlers; stop this "
+                        "worker with Worker.request_stop() or BackgroundWorker.stop() "
+                        "(install_signal_handlers=False says so explicitly).")
+            self._handles_signals = False
+        if self._handles_signals:
             self._loop.add_signal_handler(signal.SIGTERM, self.request_stop)
             self._loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         logger.info("Worker %s started: concurrency %d, queues %s.", self.id,
@@ -291,7 +310,7 @@ class Worker:
         finally:
             stop.cancel()
             await self._shutdown()
-            if self.settings.install_signal_handlers:
+            if self._handles_signals:
                 self._loop.remove_signal_handler(signal.SIGTERM)
                 self._loop.remove_signal_handler(signal.SIGINT)
         return 0
@@ -350,8 +369,39 @@ class Worker:
                            first_line(exc))
 
     _loop: asyncio.AbstractEventLoop | None = None
+    _handles_signals = False
 
 
 def run(queue: Queue, settings: WorkerSettings) -> int:
-    """Run a worker for ``queue`` until stopped (blocking)."""
-    return asyncio.run(Worker(queue, settings).run())
+    """Run a worker for ``queue`` until stopped (blocking).
+
+    Not ``asyncio.run``: at the end it cancels the tasks left and waits for them without a
+    bound, and a task that swallows its cancellation would keep the process alive forever
+    (issue 10.5). Leftover tasks get ``LEFTOVER_GRACE`` and are then abandoned: the jobs
+    they ran were already released.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(Worker(queue, settings).run())
+    finally:
+        try:
+            _abandon_leftovers(loop)
+        finally:
+            loop.close()
+
+
+def _abandon_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        loop.run_until_complete(asyncio.wait(leftovers, timeout=timings.LEFTOVER_GRACE))
+        stuck = [task for task in leftovers if not task.done()]
+        if stuck:
+            logger.warning("Abandoning %d task(s) that ignored cancellation: %s.", len(stuck),
+                           ", ".join(sorted(task.get_name() for task in stuck)))
+            for task in stuck:
+                # Closing the loop under a pending task makes asyncio log "Task was
+                # destroyed but it is pending" at exit; say it once, above, instead.
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
+    loop.run_until_complete(loop.shutdown_asyncgens())

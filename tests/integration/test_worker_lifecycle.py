@@ -7,6 +7,7 @@ A stop lets running jobs finish for up to ``shutdown_timeout``, then releases th
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -160,6 +161,38 @@ def test_run_worker_from_sync_code(dsn: str) -> None:
         assert q.run_worker(burst=True, install_signal_handlers=False, concurrency=2) == 0
         assert sorted(ran) == list(range(10))
         assert q.workers() == []
+    finally:
+        q.close()
+
+
+def test_run_worker_in_a_thread_runs_without_signal_handlers(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 18.9: signal handlers can only be installed in the main thread; run_worker()
+    # called elsewhere failed with "set_wakeup_fd only works in main thread".
+    q = Queue(dsn=dsn)
+    ran: list[int] = []
+    status: list[int | BaseException] = []
+
+    @q.task(name="t")
+    def task(n: int) -> None:
+        ran.append(n)
+
+    def work() -> None:
+        try:
+            status.append(q.run_worker(burst=True, concurrency=2))
+        except BaseException as exc:
+            status.append(exc)
+
+    try:
+        task.enqueue_many([(n,) for n in range(5)])
+        with caplog.at_level(logging.INFO, logger="pgqueue.worker"):
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join(60)
+        assert status == [0]
+        assert sorted(ran) == list(range(5))
+        assert "Not in the main thread: no SIGTERM/SIGINT handlers" in caplog.text
     finally:
         q.close()
 

@@ -10,6 +10,7 @@ duplicates and losses. The tables are created by the test (see ``tests/e2e/_chao
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import threading
@@ -138,3 +139,47 @@ async def noop(n: int) -> int:
 def noop_sync(n: int) -> int:
     """Returns at once, from a thread of the worker's pool."""
     return n
+
+
+@q.task(name="chaos.exit", max_attempts=1)
+async def exit_async(code: int) -> None:
+    """Calls sys.exit from a coroutine: it must fail this attempt, not end the worker."""
+    raise SystemExit(code)
+
+
+@q.task(name="chaos.exit_sync", max_attempts=1)
+def exit_sync(code: int) -> None:
+    """Calls sys.exit from a pool thread."""
+    raise SystemExit(code)
+
+
+@q.task(name="chaos.interrupt", max_attempts=1)
+async def interrupt() -> None:
+    """Raises KeyboardInterrupt as if Ctrl-C landed inside the task."""
+    raise KeyboardInterrupt
+
+
+@q.task(name="chaos.busy_sync", timeout=0.5, max_attempts=1)
+def busy_sync(seconds: float, ctx: JobContext) -> None:
+    """Ignores its timeout: a thread that keeps running for ``seconds`` regardless."""
+    record_run_sync(ctx)
+    time.sleep(seconds)
+
+
+@q.task(name="chaos.deaf", timeout=0.5, max_attempts=1)
+async def deaf(seconds: float, ctx: JobContext) -> None:
+    """Swallows every cancellation for ``seconds``."""
+    await record_run(ctx)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
+
+
+@q.task(name="chaos.deaf_forever", max_attempts=3)
+async def deaf_forever(ctx: JobContext) -> None:
+    """No timeout, and swallows every cancellation: only abandoning it ends a stop."""
+    await record_run(ctx)
+    while True:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
