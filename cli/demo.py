@@ -1,15 +1,17 @@
 """``pgq demo``: see pgqueue work in a few seconds, with nothing set up beforehand.
 
-It starts the embedded PostgreSQL (data in ``.pgqueue/`` here) unless a database is
-configured, migrates, enqueues a few thousand sample jobs in bulk on a fresh queue, and
-runs a real worker in this process while a live display follows ``Queue.stats()``. The
-summary counts come from the database afterwards, not from the display, so they are
-honest: succeeded, retried (jobs that needed more than one attempt), dead.
+It starts the embedded PostgreSQL (data in ``.pgqueue/`` here) unless ``--dsn`` names a
+database on its command line (``PGQUEUE_DSN`` and ``DATABASE_URL`` are not used),
+migrates, enqueues a few thousand sample jobs in bulk on a fresh queue, and runs a real
+worker in this process while a live display follows ``Queue.stats()``. The summary counts
+come from the database afterwards, not from the display, so they are honest: succeeded,
+retried (jobs that needed more than one attempt), dead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -33,7 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgqueue import ConfigurationError, Queue, Task
-from pgqueue.settings import EMBEDDED, resolve_dsn
+from pgqueue.settings import EMBEDDED
 from pgqueue.stats import QueueStats
 from pgqueue.worker import BackgroundWorker, WorkerSettings
 
@@ -113,13 +115,19 @@ def _database_label(context: CliContext, queue: Queue) -> str:
 
 
 def _choose_database(context: CliContext) -> CliContext:
-    """``--dsn``, ``PGQUEUE_DSN`` or ``DATABASE_URL`` when set; else the embedded server."""
+    """``--dsn`` (or ``--embedded``) from the command line; else the embedded server.
+
+    Never ``PGQUEUE_DSN`` or ``DATABASE_URL``: those usually name an application's
+    database, and a demo must not create tables and queues there unasked (issue 18.1).
+    """
     if context.explicit_dsn is not None:
         return context
-    try:
-        return context.merged(dsn=resolve_dsn(None))
-    except ConfigurationError:
-        return context.merged(embedded=True)
+    return context.merged(embedded=True)
+
+
+def _ignored_settings() -> list[str]:
+    """The DSN variables set in the environment, which the demo does not use."""
+    return [name for name in ("PGQUEUE_DSN", "DATABASE_URL") if os.environ.get(name)]
 
 
 def _queue_counts(queue: Queue, name: str) -> QueueStats | None:
@@ -243,6 +251,10 @@ def demo(
             with console.status("Starting the embedded PostgreSQL (first run: a few seconds)…"):
                 queue.dsn  # noqa: B018 - resolving the DSN starts the server
         say(f"[bold]pgqueue demo[/] on {_database_label(context, queue)}")
+        ignored = _ignored_settings()
+        if ignored and context.explicit_dsn == EMBEDDED:
+            say(f"[dim]{' and '.join(ignored)} set but not used: the demo runs on the "
+                "embedded server unless you pass --dsn.[/]")
         queue.migrate()
         say(f"[green]✓[/] schema {queue.schema!r} is up to date (pgq migrate)")
 

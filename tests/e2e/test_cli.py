@@ -406,10 +406,20 @@ def test_demo_embedded_in_a_fresh_directory(workdir: Path) -> None:
     assert re.search(r"^Jobs\s+300\b", out, re.MULTILINE), out
 
 
-def test_demo_falls_back_to_embedded_without_configuration(workdir: Path) -> None:
-    summary = json_of("demo", "--jobs", "50", cwd=workdir)
-    check_demo_summary(summary, 50)
+def test_demo_uses_the_embedded_server_even_when_a_dsn_is_in_the_environment(
+    workdir: Path, dsn: str
+) -> None:
+    # Issue 18.1: PGQUEUE_DSN/DATABASE_URL usually name the application's database; the
+    # demo created its schema and queues there. Only --dsn on its command line counts.
+    env = clean_environment()
+    env["PGQUEUE_DSN"] = env["DATABASE_URL"] = dsn
+    result = ok("demo", "--jobs", "50", cwd=workdir, env=env)
+    assert "PGQUEUE_DSN and DATABASE_URL set but not used" in result.stdout, result.stdout
+    assert "on embedded PostgreSQL in" in result.stdout, result.stdout
     assert (workdir / ".pgqueue").is_dir()
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM pgqueue.jobs WHERE queue LIKE 'demo-%'").fetchone()
+    assert row == (0,)
 
 
 def test_human_output_is_not_json(dsn: str) -> None:
