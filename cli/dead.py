@@ -12,7 +12,7 @@ from pgqueue.settings import parse_duration
 
 from .context import CliContext, connected
 from .options import LimitOption, QueueFilterOption
-from .output import last_line, output, print_table, when
+from .output import last_line, more_line, output, print_table, when
 
 app = typer.Typer(
     help="Inspect, retry and purge dead jobs.", no_args_is_help=True, rich_markup_mode=None
@@ -26,7 +26,9 @@ def list_dead(
 ) -> None:
     """Dead jobs, most recently failed first."""
     with context.session() as queue:
-        found = queue.dead_jobs(queue=queue_name, limit=limit)
+        found = queue.dead_jobs(queue=queue_name, limit=limit + 1)
+    more = more_line(len(found), limit, "dead jobs", "--queue")
+    found = found[:limit]
     output(context, found, lambda: print_table(
         ["id", "queue", "task", "attempts", "failed_at", "error"],
         (
@@ -36,6 +38,8 @@ def list_dead(
         ),
         empty="No dead jobs.",
         right=("id", "attempts"),
+        clip=("error",),
+        more=more,
     ))
 
 
@@ -59,8 +63,11 @@ def retry_dead(
     refusal is reported on stderr, and a refused ID named on the command line makes the
     exit status 1.
     """
-    if bool(job_ids) == retry_all:
-        raise typer.BadParameter("give job ids or --all (not both)", param_hint="'ID'")
+    if job_ids and retry_all:
+        raise typer.BadParameter("give job ids or --all, not both", param_hint="'ID'")
+    if not job_ids and not retry_all:
+        raise typer.BadParameter("name the dead jobs to retry, or give --all",
+                                 param_hint="'ID'")
     if queue_name is not None and not retry_all:
         raise typer.BadParameter("--queue applies to --all only", param_hint="'--queue'")
     with context.session() as queue:

@@ -99,6 +99,11 @@ def enqueue(
     options = {name: value for name, value in given.items() if value is not None}
     with context.session(app) as queue:
         job = queue.enqueue_by_name(task, args=positional, kwargs=keywords, **options)
+    if not app:
+        # Without the user's Queue there is no task to check against (issue 18.5).
+        typer.echo(f"note: not validated: without -A the task name, arguments and "
+                   f"options of {task!r} are stored as given (pass -A module:queue to "
+                   "check them)", err=True)
     output(context, job, lambda: typer.echo(f"Enqueued {job_summary(job)}"))
 
 

@@ -12,7 +12,16 @@ from pgqueue import Job, Queue
 from .context import CliContext, connected
 from .errors import CommandError
 from .options import LimitOption, QueueFilterOption
-from .output import attempts, console, job_summary, last_line, output, print_table, when
+from .output import (
+    attempts,
+    console,
+    job_summary,
+    last_line,
+    more_line,
+    output,
+    print_table,
+    when,
+)
 
 app = typer.Typer(
     help="List, inspect and cancel jobs.", no_args_is_help=True, rich_markup_mode=None
@@ -39,7 +48,10 @@ def list_jobs(
 ) -> None:
     """Jobs, newest first (live and dead)."""
     with context.session() as queue:
-        found = queue.list_jobs(status=status, queue=queue_name, task=task, limit=limit)
+        found = queue.list_jobs(status=status, queue=queue_name, task=task,
+                                limit=limit + 1)
+    more = more_line(len(found), limit, "jobs", "--status, --queue or --task")
+    found = found[:limit]
     output(context, found, lambda: print_table(
         ["id", "queue", "task", "status", "attempts", "priority", "run_at", "created_at"],
         (
@@ -49,6 +61,7 @@ def list_jobs(
         ),
         empty="No jobs match.",
         right=("id", "attempts", "priority"),
+        more=more,
     ))
 
 
@@ -101,7 +114,7 @@ def _cancelled(job: Job, *, already_finished: bool) -> None:
         if job.status == "dead":
             typer.echo(f"Last error: {last_line(job.error)}")
     elif job.status == "cancelled":
-        typer.echo(f"Cancelled {job_summary(job)}")
+        typer.echo(f"Cancelled {job_summary(job, status=False)}")
     else:
         typer.echo(f"Cancellation requested for {job_summary(job)} (the worker stops it "
                    "at its next heartbeat)")

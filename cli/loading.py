@@ -15,6 +15,7 @@ from types import ModuleType
 
 import pgqueue
 from pgqueue import Queue
+from pgqueue.errors import a_type
 
 from .errors import CommandError
 
@@ -105,6 +106,6 @@ def load_queue(spec: str) -> Queue:
             ) from None
     if not isinstance(value, Queue):
         raise CommandError(
-            f"-A {spec} is a {type(value).__name__}, not a pgqueue.Queue"
+            f"-A {spec} is {a_type(value)}, not a pgqueue.Queue"
         )
     return value

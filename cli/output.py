@@ -91,24 +91,53 @@ def print_table(
     *,
     empty: str,
     right: Iterable[str] = (),
+    clip: Iterable[str] = (),
+    more: str | None = None,
 ) -> None:
-    """A borderless table, or ``empty`` when there are no rows."""
+    """A borderless table, or ``empty`` when there are no rows.
+
+    ``clip`` columns (free text such as an error) are cut at ``CLIP`` characters with an
+    ellipsis, so one long message does not make every row hundreds of columns wide;
+    ``more``, when given, is printed under the table (rows exist beyond the limit).
+    """
     materialized = [[str(cell) for cell in row] for row in rows]
     if not materialized:
         console().print(empty)
         return
     right_aligned = set(right)
+    clipped = set(clip)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in columns:
-        table.add_column(column, justify="right" if column in right_aligned else "left")
+        table.add_column(column, justify="right" if column in right_aligned else "left",
+                         max_width=CLIP if column in clipped else None,
+                         no_wrap=column in clipped, overflow="ellipsis")
     for row in materialized:
         table.add_row(*row)
-    console().print(table)
+    out = console()
+    out.print(table)
+    if more:
+        out.print(more, markup=False)
 
 
-def job_summary(job: Job) -> str:
-    """One line about a job, e.g. after ``pgq enqueue``."""
-    line = f"job {job.id} {job.status}: {job.task} on queue {job.queue!r}"
-    if job.status in ("scheduled", "retrying") and job.run_at is not None:
-        line += f", runs at {when(job.run_at)}"
+# The widest a free-text column is printed (pgq jobs show has the whole text).
+CLIP = 60
+
+
+def more_line(found: int, limit: int, what: str, narrow: str) -> str | None:
+    """The line under a table cut at ``limit`` rows, or None if nothing was cut (the
+    caller fetched ``limit + 1`` rows to know)."""
+    if found <= limit:
+        return None
+    return f"(the first {limit} {what}; more exist: raise --limit or narrow with {narrow})"
+
+
+def job_summary(job: Job, *, status: bool = True) -> str:
+    """One line about a job, e.g. after ``pgq enqueue``: ``job 6: add on queue 'default'
+    (queued)``; without ``status`` when the sentence already says it."""
+    line = f"job {job.id}: {job.task} on queue {job.queue!r}"
+    if status:
+        state = job.status
+        if job.status in ("scheduled", "retrying") and job.run_at is not None:
+            state += f", runs at {when(job.run_at)}"
+        line += f" ({state})"
     return line

@@ -48,12 +48,12 @@ def worker(
     app: AppOption = None,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", "-c", metavar="N", show_default=False,
+        typer.Option("--concurrency", "-c", metavar="N", show_default=False, min=1, max=10_000,
                      help=f"Jobs run at once (default {_DEFAULTS.concurrency})."),
     ] = None,
     prefetch: Annotated[
         int | None,
-        typer.Option("--prefetch", metavar="K", show_default=False,
+        typer.Option("--prefetch", metavar="K", show_default=False, min=0, max=10_000,
                      help="Jobs claimed beyond the slots: started as slots free, and ended "
                           "jobs whose outcome is not yet committed; SQL never shows more "
                           "than concurrency + K running for this worker "

@@ -14,6 +14,7 @@ do (a group has ``list_commands``), not by ``isinstance`` checks against ``click
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +80,8 @@ def _params_table(command: Any, ctx: Any) -> list[str]:
         if record is None:
             continue
         name, help_text = record
+        # typer names a repeated argument's type ("ID <list[int]>"); the usage says "ID...".
+        name = re.sub(r" <list\[\w+\]>$", "...", name)
         rows.append(f"| `{_cell(name)}` | {_cell(help_text)} |")
     if not rows:
         return []

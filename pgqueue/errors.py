@@ -141,3 +141,9 @@ def first_line(exc: BaseException) -> str:
         if line.strip():
             return line.strip()
     return type(exc).__name__
+
+
+def a_type(value: object) -> str:
+    """``value``'s type with its article, for error messages: "a list", "an Engine"."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"

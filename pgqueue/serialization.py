@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from pgqueue.errors import a_type
+
 __all__ = ["dumps", "encode_result", "loads", "storable_text"]
 
 
@@ -120,7 +122,7 @@ def encode_result(value: Any) -> str | None:
         return dumps(to_jsonable_python(value))
     except (PydanticSerializationError, TypeError, ValueError) as exc:
         raise TypeError(
-            f"the task returned a {type(value).__name__} that cannot be stored as JSON: {exc}"
+            f"the task returned {a_type(value)} that cannot be stored as JSON: {exc}"
         ) from None
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
 
 from pgqueue.arguments import EncodedBatch, Signature
-from pgqueue.errors import ConfigurationError
+from pgqueue.errors import ConfigurationError, a_type
 from pgqueue.job import Job
 from pgqueue.operations import insert_job, insert_jobs
 from pgqueue.options import ENQUEUE_OPTIONS, JobOptions
@@ -127,7 +127,7 @@ class TaskCall:
                 calls.append((tuple(item), {}))
             else:
                 raise ConfigurationError(
-                    f"enqueue_many item {position} is a {type(item).__name__}: use a tuple of "
+                    f"enqueue_many item {position} is {a_type(item)}: use a tuple of "
                     "positional arguments or a dict of keyword arguments"
                 )
         return calls

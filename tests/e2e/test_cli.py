@@ -262,8 +262,12 @@ def test_enqueue_options_and_json_shape(dsn: str) -> None:
     assert (job["status"], job["idempotency_key"], job["args"]) == ("scheduled", "once", [1, 2])
     again = enqueue(dsn, "add", "--args", "[1, 2]", "--idempotency-key", "once")
     assert again["id"] == job["id"]
-    human = ok("enqueue", "add", "--args", "[3, 4]", "--dsn", dsn).stdout
-    assert re.match(r"^Enqueued job \d+ queued: add on queue 'default'$", human.strip())
+    human = ok("enqueue", "add", "--args", "[3, 4]", "--dsn", dsn)
+    assert re.match(r"^Enqueued job \d+: add on queue 'default' \(queued\)$",
+                    human.stdout.strip()), human.stdout
+    assert human.stderr.startswith("note: not validated: without -A"), human.stderr
+    validated = ok("enqueue", "add", "--args", "[3, 4]", "--dsn", dsn, "-A", APP)
+    assert validated.stderr == "", validated.stderr
 
 
 def test_jobs_list_filters_and_json_shape(dsn: str) -> None:
@@ -299,7 +303,11 @@ def test_jobs_cancel(dsn: str) -> None:
     cancelled = json_of("jobs", "cancel", str(job["id"]), "--dsn", dsn)
     assert cancelled["status"] == "cancelled"
     human = ok("jobs", "cancel", str(job["id"]), "--dsn", dsn).stdout
-    assert "Nothing to cancel" in human
+    assert human.strip() == f"Nothing to cancel: job {job['id']}: add on queue 'default' " \
+                            "(cancelled)", human
+    other = enqueue(dsn, "add", "--args", "[1, 2]", "--run-in", "1h")
+    human = ok("jobs", "cancel", str(other["id"]), "--dsn", dsn).stdout
+    assert human.strip() == f"Cancelled job {other['id']}: add on queue 'default'", human
     assert_one_line_error(pgq("jobs", "cancel", "424242", "--dsn", dsn), "424242")
 
 
@@ -429,3 +437,42 @@ def test_human_output_is_not_json(dsn: str) -> None:
         with pytest.raises(json.JSONDecodeError):
             json.loads(out)
 
+
+
+def test_worker_numbers_out_of_range_are_usage_errors_like_non_numbers(dsn: str) -> None:
+    # Issue 18.13: -1 used to exit 1 naming the internal setting, "abc" exit 2.
+    for value in ("-1", "0", "abc", "10001"):
+        result = pgq("worker", "-A", APP, "--dsn", dsn, "--concurrency", value)
+        assert result.returncode == 2, (value, result.stderr)
+        assert "Usage:" in result.stderr and "--concurrency" in result.stderr, result.stderr
+    result = pgq("worker", "-A", APP, "--dsn", dsn, "--prefetch", "-1")
+    assert result.returncode == 2 and "--prefetch" in result.stderr, result.stderr
+
+
+def test_dead_retry_says_what_is_missing(dsn: str) -> None:
+    none = pgq("dead", "retry", "--dsn", dsn)
+    assert none.returncode == 2
+    assert "name the dead jobs to retry, or give --all" in none.stderr, none.stderr
+    both = pgq("dead", "retry", "1", "--all", "--dsn", dsn)
+    assert both.returncode == 2 and "not both" in both.stderr, both.stderr
+
+
+def test_lists_say_when_more_rows_exist_and_clip_long_errors(dsn: str) -> None:
+    # Issue 18.13: 50 of 400 dead jobs were shown with no word about the rest, in rows
+    # 250 columns wide.
+    long_error = "boom " * 100
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO pgqueue.dead_jobs (id, queue, task, args, kwargs, priority, run_at, "
+            "attempts, max_attempts, created_at, error) SELECT n, 'big', 'add', '[]', '{}', 0, "
+            "now(), 1, 1, now(), %s FROM generate_series(900001, 900003) AS n",
+            (long_error,))
+    out = ok("dead", "list", "--queue", "big", "--limit", "2", "--dsn", dsn).stdout
+    lines = out.splitlines()
+    assert lines[-1] == ("(the first 2 dead jobs; more exist: raise --limit or narrow with "
+                         "--queue)"), out
+    assert max(len(line) for line in lines[:-1]) < 140, out
+    assert "…" in out
+    everything = ok("dead", "list", "--queue", "big", "--limit", "3", "--dsn", dsn).stdout
+    assert "more exist" not in everything
+    assert len(json_of("dead", "list", "--queue", "big", "--limit", "2", "--dsn", dsn)) == 2
