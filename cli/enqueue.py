@@ -7,7 +7,9 @@ arguments here, at enqueue time, exactly as ``task.enqueue(...)`` would in Pytho
 
 from __future__ import annotations
 
+import difflib
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
@@ -98,6 +100,8 @@ def enqueue(
     # Only what was given: a registered task keeps its own defaults for the rest.
     options = {name: value for name, value in given.items() if value is not None}
     with context.session(app) as queue:
+        if app:
+            task = registered_name(task, queue.tasks, app)
         job = queue.enqueue_by_name(task, args=positional, kwargs=keywords, **options)
     if not app:
         # Without the user's Queue there is no task to check against (issue 18.5).
@@ -110,3 +114,18 @@ def enqueue(
 def register(app: typer.Typer) -> None:
     """Add ``enqueue`` to ``app``."""
     app.command()(enqueue)
+
+
+def registered_name(name: str, tasks: Mapping[str, object], app: str) -> str:
+    """The registered task ``name`` means: itself, or the one task whose last dotted part
+    it is (``send_email`` for ``myapp.tasks.send_email``). With ``-A`` an unknown name is
+    refused at once, with the close matches, instead of dying later in a worker."""
+    if name in tasks:
+        return name
+    by_short_name = [full for full in tasks if full.rsplit(".", 1)[-1] == name]
+    if len(by_short_name) == 1:
+        return by_short_name[0]
+    close = difflib.get_close_matches(name, list(tasks), n=3, cutoff=0.6) or by_short_name
+    hint = f"did you mean {', '.join(map(repr, close))}?" if close else \
+        f"registered: {', '.join(sorted(tasks)) or 'none'}"
+    raise CommandError(f"no task {name!r} in {app}: {hint}")

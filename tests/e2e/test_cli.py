@@ -476,3 +476,16 @@ def test_lists_say_when_more_rows_exist_and_clip_long_errors(dsn: str) -> None:
     everything = ok("dead", "list", "--queue", "big", "--limit", "3", "--dsn", dsn).stdout
     assert "more exist" not in everything
     assert len(json_of("dead", "list", "--queue", "big", "--limit", "2", "--dsn", dsn)) == 2
+
+
+def test_enqueue_with_app_refuses_unknown_tasks_and_applies_a_short_names_options(
+    dsn: str,
+) -> None:
+    # Issue 18.5: with -A an unknown name was enqueued (and died in the worker), and a
+    # task's short name landed on 'default' instead of the task's queue.
+    assert_one_line_error(pgq("enqueue", "ad", "--args", "[1, 2]", "-A", APP, "--dsn", dsn),
+                          "no task 'ad'", "did you mean 'add'?")
+    assert_one_line_error(pgq("enqueue", "nothing_like_it", "-A", APP, "--dsn", dsn),
+                          "registered: add, async_echo, doomed, reports.build")
+    job = json_of("enqueue", "build", "--args", "[7]", "-A", APP, "--dsn", dsn)
+    assert (job["task"], job["queue"], job["priority"]) == ("reports.build", "reports", 3)

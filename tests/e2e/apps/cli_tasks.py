@@ -27,3 +27,9 @@ async def async_echo(value: object) -> object:
 def doomed(reason: str = "doomed on purpose") -> None:
     """Always fails at once, to make dead jobs for ``pgq dead …``."""
     raise Discard(reason)
+
+
+@queue.task(name="reports.build", queue="reports", priority=3)
+def build_report(n: int) -> int:
+    """A task with a dotted name and options of its own (its queue, its priority)."""
+    return n
