@@ -14,8 +14,10 @@ traceback: only a record's first line starts at the left margin.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from ``extra=``.
@@ -77,6 +79,26 @@ class LineFormatter(logging.Formatter):
         return f"{head} {fields}{newline}{tail}"
 
 
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, every extra
+    field (``job_id``, ``task``, ``queue``, ``attempt``, ``duration_ms`` …) and, for the rare
+    record with a traceback, ``exception``. JSON's own escaping keeps untrusted text on
+    its line. For log pipelines (``pgq worker --log-format json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update((key, value) for key, value in record.__dict__.items()
+                     if key not in _STANDARD_ATTRIBUTES and not key.startswith("_"))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
 def _indented(text: str) -> str:
     """Every line of a traceback indented, its own characters escaped: an exception
     message with a newline continues the traceback instead of starting a record."""
@@ -109,13 +131,15 @@ class WithoutJobRecords(logging.Filter):
         return record.levelno >= logging.CRITICAL or not hasattr(record, "job_id")
 
 
-def configure_logging(level: str = "warning", *, job_records: bool = True) -> None:
-    """Send every logger's records at ``level`` and above to stderr, one line each.
+def configure_logging(level: str = "warning", *, job_records: bool = True,
+                      json_lines: bool = False) -> None:
+    """Send every logger's records at ``level`` and above to stderr, one line each (a JSON
+    object per line with ``json_lines``).
 
     ``job_records=False`` leaves out the per-job records (see :class:`WithoutJobRecords`).
     """
     handler = StderrHandler()
-    handler.setFormatter(LineFormatter())
+    handler.setFormatter(JsonFormatter() if json_lines else LineFormatter())
     if not job_records:
         handler.addFilter(WithoutJobRecords())
     root = logging.getLogger()

@@ -42,6 +42,13 @@ class LogLevel(StrEnum):
     error = "error"
 
 
+class LogFormat(StrEnum):
+    """Log line formats accepted by ``--log-format``."""
+
+    text = "text"
+    json = "json"
+
+
 @connected(json=False)
 def worker(
     context: CliContext,
@@ -87,6 +94,15 @@ def worker(
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Log threshold.")
     ] = LogLevel.info,
+    log_format: Annotated[
+        LogFormat, typer.Option("--log-format", case_sensitive=False,
+                                help="text: one line per record, fields as key=value; json: "
+                                     "one JSON object per line.")
+    ] = LogFormat.text,
+    log_succeeded: Annotated[
+        bool, typer.Option("--log-succeeded",
+                           help="An INFO line per succeeded job (failures always get one).")
+    ] = False,
 ) -> None:
     """Run a worker: claim jobs from PostgreSQL and run them until stopped."""
     if not app:
@@ -94,7 +110,7 @@ def worker(
             "name your Queue as module:attribute, or set PGQUEUE_APP",
             param_hint="'-A' / '--app'",
         )
-    configure_logging(log_level.value)
+    configure_logging(log_level.value, json_lines=log_format is LogFormat.json)
     given: dict[str, Any] = {
         "concurrency": concurrency,
         "prefetch": prefetch,
@@ -103,6 +119,7 @@ def worker(
         "poll_interval": poll_interval,
         "lease": lease,
         "connect_timeout": connect_timeout,
+        "log_succeeded": log_succeeded or None,
     }
     settings = {name: value for name, value in given.items() if value is not None}
     queue = load_queue(app)

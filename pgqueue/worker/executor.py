@@ -71,6 +71,7 @@ class Executor:
         threads: DaemonThreadPool,
         report_progress: Callable[[ClaimedJob, str], None],
         connections: TransactionSource,
+        log_succeeded: bool = False,
     ) -> None:
         self.tasks = tasks
         self.worker_id = worker_id
@@ -78,6 +79,7 @@ class Executor:
         self.threads = threads
         self.report_progress = report_progress
         self.connections = connections
+        self._succeeded_level = logging.INFO if log_succeeded else logging.DEBUG
 
     def prepare(self, job: ClaimedJob) -> Execution:
         """An Execution with its JobContext, ready to run."""
@@ -208,8 +210,11 @@ class Executor:
                 return Outcome.of(job, "result")
             return self._final_or_retry(execution, str(exc), None)
         kind: OutcomeKind = "result" if execution.ctx.completed_in_transaction else "succeeded"
-        logger.debug("Job %s (%s) succeeded in %.1f ms.", job.id, job.task,
-                     (time.monotonic() - execution.started) * 1000, extra=_extra(job))
+        if logger.isEnabledFor(self._succeeded_level):
+            duration = (time.monotonic() - execution.started) * 1000
+            logger.log(self._succeeded_level, "Job %s (%s) succeeded in %.1f ms.", job.id,
+                       job.task, duration,
+                       extra=_extra(job) | {"duration_ms": round(duration, 1)})
         return Outcome.of(job, kind, encoded)
 
     def _failed(

@@ -82,6 +82,7 @@ class Worker:
         self.executor = Executor(
             tasks=queue.tasks, worker_id=self.id, queries=queries, threads=self.threads,
             report_progress=self._report_progress, connections=self.task_connections,
+            log_succeeded=settings.log_succeeded,
         )
         self.heartbeat = Heartbeat(
             connect=self.connections.connector(), queries=queries, lease=settings.lease,

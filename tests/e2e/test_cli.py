@@ -489,3 +489,22 @@ def test_enqueue_with_app_refuses_unknown_tasks_and_applies_a_short_names_option
                           "registered: add, async_echo, doomed, reports.build")
     job = json_of("enqueue", "build", "--args", "[7]", "-A", APP, "--dsn", dsn)
     assert (job["task"], job["queue"], job["priority"]) == ("reports.build", "reports", 3)
+
+
+def test_worker_json_logs_with_a_line_per_succeeded_job(dsn: str) -> None:
+    # Issue 18.12: no line per succeeded job at the default level; structured extras.
+    ok_job = enqueue(dsn, "add", "--args", "[1, 2]")
+    dead_job = enqueue(dsn, "doomed", "--args", '["line one\\nforged line"]')
+    result = ok("worker", "-A", APP, "--dsn", dsn, "--burst", "--log-format", "json",
+                "--log-succeeded")
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    by_job = {record.get("job_id"): record for record in records if "job_id" in record}
+    succeeded = by_job[ok_job["id"]]
+    assert (succeeded["level"], succeeded["task"], succeeded["queue"]) == (
+        "INFO", "add", "default")
+    assert succeeded["message"].startswith(f"Job {ok_job['id']} (add) succeeded in ")
+    assert succeeded["duration_ms"] >= 0
+    assert by_job[dead_job["id"]]["level"] == "ERROR"
+    quiet = enqueue(dsn, "add", "--args", "[3, 4]")
+    text = ok("worker", "-A", APP, "--dsn", dsn, "--burst").stderr
+    assert f"Job {quiet['id']} " not in text, text  # succeeded lines are opt-in
