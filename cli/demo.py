@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,6 +49,7 @@ MIX: list[tuple[Task[Any, Any], int, str]] = [
     (demo_tasks.doomed, 20, "always fails: dead after 2 attempts"),
 ]
 POLL_SECONDS = 0.1
+DEMO_QUEUE = "demo"
 
 
 @dataclass(frozen=True)
@@ -258,7 +257,12 @@ def demo(
         queue.migrate()
         say(f"[green]✓[/] schema {queue.schema!r} is up to date (pgq migrate)")
 
-        name = f"demo-{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+        # One queue for every run, emptied first: an interrupted run leaves no backlog
+        # behind for the next, and `pgq stats` does not grow a queue per run (issue 18.11).
+        name = DEMO_QUEUE
+        left = queue.purge_queue(name)
+        if left:
+            say(f"[green]✓[/] removed {left:,} jobs an earlier demo left in queue {name!r}")
         started = time.monotonic()
         statements = _enqueue(mix, name)
         enqueue_seconds = time.monotonic() - started
@@ -272,16 +276,25 @@ def demo(
         runner = BackgroundWorker(queue, settings)
         say(f"[green]✓[/] worker started in this process (concurrency {concurrency}, "
             "--burst: exits when the queue is drained)")
+        interrupted = False
+        elapsed = 0.0
         try:
             elapsed = _run_with_display(queue, runner, name, jobs, console)
         except KeyboardInterrupt:
             say("[yellow]Interrupted: stopping the worker gracefully…[/]")
-            raise typer.Exit(130) from None
+            interrupted = True
         finally:
             # Whatever happened here, the worker must not outlive the command (nor the
             # embedded server, which stops when this process exits).
             runner.stop()
             runner.join()
+        if interrupted:
+            # The worker has stopped (and removed its row) before the embedded server,
+            # which stops when this process exits; what it did not run goes too.
+            removed = queue.purge_queue(name)
+            say(f"[yellow]Stopped; removed the demo's {removed:,} jobs (queue {name!r} is "
+                "empty again).[/]")
+            raise typer.Exit(130)
         if runner.error is not None:
             raise runner.error
         summary = _summarize(queue, name, jobs, enqueue_seconds, elapsed)

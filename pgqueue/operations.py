@@ -134,6 +134,13 @@ def list_jobs(
     return rows  # type: ignore[no-any-return]
 
 
+def purge_queue(queries: Queries, queue: str) -> Plan[int]:
+    """Delete every job of ``queue`` except running ones, and its dead jobs; the count."""
+    live = yield Statement(queries.purge_queue_jobs, {"queue": queue}, fetch="rowcount")
+    dead = yield Statement(queries.purge_queue_dead_jobs, {"queue": queue}, fetch="rowcount")
+    return int(live) + int(dead)
+
+
 def cancel_job(queries: Queries, job_id: int) -> Plan[Row]:
     """Queued → cancelled now; running → cancellation requested; finished → unchanged."""
     done = yield Statement(queries.cancel_queued_job, {"id": job_id})

@@ -23,8 +23,8 @@ from pgqueue.db.queries import Queries, for_schema
 from pgqueue.dead_jobs import DeadRetryResult
 from pgqueue.errors import ConfigurationError, JobNotFound, SchemaOutOfDate, TaskNotFound
 from pgqueue.job import API_STATUSES, Job
-from pgqueue.operations import cancel_job, get_job, list_jobs
-from pgqueue.options import TASK_OPTIONS, JobOptions, retry_intervals, task_name
+from pgqueue.operations import cancel_job, get_job, list_jobs, purge_queue
+from pgqueue.options import TASK_OPTIONS, JobOptions, queue_name, retry_intervals, task_name
 from pgqueue.settings import (
     EMBEDDED,
     normalize_dsn,
@@ -317,6 +317,12 @@ class Queue:
         timedelta); returns how many."""
         seconds = parse_duration(older_than, what="older_than")
         return self.run_plan(dead_jobs.purge_dead(self.queries, older_than=seconds, queue=queue))
+
+    def purge_queue(self, queue: str) -> int:
+        """Delete every job of ``queue`` (queued, scheduled, finished, dead) except the
+        running ones, which finish normally; returns how many were deleted. Irreversible:
+        for demos, tests and abandoned queues."""
+        return self.run_plan(purge_queue(self.queries, queue_name(queue)))
 
     def stats(self) -> list[QueueStats]:
         """Per queue, by name: queued, scheduled, retrying, running, succeeded, cancelled,

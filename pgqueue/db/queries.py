@@ -682,6 +682,12 @@ class Queries:
            AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     """)
 
+    # Queue.purge_queue: every job of a queue but the running ones (they finish first).
+    purge_queue_jobs = _Plain("""
+        DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND status <> 'running'
+    """)
+    purge_queue_dead_jobs = _Plain("DELETE FROM {schema}.dead_jobs WHERE queue = %(queue)s")
+
     def __init__(self, schema: str) -> None:
         self.schema = schema
         # ``schema.jobs``, quoted: a parameter for functions that take a table's name.

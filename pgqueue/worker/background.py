@@ -42,6 +42,11 @@ class BackgroundWorker:
         self.status: int | None = None  # the worker's exit status once it has finished
         self.error: BaseException | None = None
         self._ready = threading.Event()
+        # Set when the thread is done. join() waits on it rather than on Thread.join():
+        # a Thread.join() interrupted by KeyboardInterrupt can make the next one return at
+        # once in CPython 3.11 while the thread still runs (pgq demo's Ctrl-C then went
+        # on while the worker was still releasing its jobs).
+        self._finished = threading.Event()
         self.thread = threading.Thread(target=self._run, name="pgqueue-worker", daemon=True)
 
     def _run(self) -> None:
@@ -52,9 +57,12 @@ class BackgroundWorker:
             self.error = exc
         finally:
             self._ready.set()  # nobody waits for a readiness that will never come
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.run_until_complete(self.loop.shutdown_default_executor())
-            self.loop.close()
+            try:
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+                self.loop.run_until_complete(self.loop.shutdown_default_executor())
+                self.loop.close()
+            finally:
+                self._finished.set()
 
     async def _work(self) -> int:
         run = asyncio.create_task(self.worker.run())
@@ -88,12 +96,13 @@ class BackgroundWorker:
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the worker to finish (at most ``timeout`` seconds)."""
-        self.thread.join(timeout)
+        if self._finished.wait(timeout):
+            self.thread.join(timeout)  # only its last instructions are left
 
     @property
     def running(self) -> bool:
         """True until the worker has finished (stopped, or failed: see :attr:`error`)."""
-        return self.thread.is_alive()
+        return self.thread.is_alive() and not self._finished.is_set()
 
     def __enter__(self) -> BackgroundWorker:
         self.start()

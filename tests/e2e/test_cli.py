@@ -400,6 +400,7 @@ def check_demo_summary(summary: dict[str, Any], jobs: int) -> None:
 def test_demo_with_dsn(dsn: str) -> None:
     summary = json_of("demo", "--jobs", "300", "--dsn", dsn)
     check_demo_summary(summary, 300)
+    assert summary["queue"] == "demo"
     # A second run uses a fresh queue, so its counts are its own.
     check_demo_summary(json_of("demo", "--jobs", "300", "--dsn", dsn), 300)
 
@@ -508,3 +509,34 @@ def test_worker_json_logs_with_a_line_per_succeeded_job(dsn: str) -> None:
     quiet = enqueue(dsn, "add", "--args", "[3, 4]")
     text = ok("worker", "-A", APP, "--dsn", dsn, "--burst").stderr
     assert f"Job {quiet['id']} " not in text, text  # succeeded lines are opt-in
+
+
+def test_ctrl_c_during_the_demo_stops_the_worker_and_empties_its_queue(dsn: str) -> None:
+    # Issue 18.11: Ctrl-C left the worker's row "alive" and thousands of demo jobs queued,
+    # and every run added a queue to pgq stats.
+    demo = subprocess.Popen(
+        [pgq_executable(), "demo", "--jobs", "200000", "--dsn", dsn], cwd=REPO,
+        env=clean_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def succeeded() -> int:
+            with psycopg.connect(dsn) as conn:
+                row = conn.execute("SELECT count(*) FROM pgqueue.jobs WHERE queue = 'demo' "
+                                   "AND status = 'succeeded'").fetchone()
+            return int(row[0]) if row else 0
+
+        wait_until(lambda: succeeded() > 100, timeout=60, message="the demo at work")
+        demo.send_signal(signal.SIGINT)
+        out, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, (out, err)
+    assert "Stopped; removed the demo's" in out, out
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgqueue.workers").fetchone() == (0,)
+        left = conn.execute("SELECT status, count(*) FROM pgqueue.jobs WHERE queue = 'demo' "
+                            "GROUP BY 1").fetchall()
+        assert left == [], (left, out, err)
+    again = json_of("demo", "--jobs", "50", "--dsn", dsn)
+    check_demo_summary(again, 50)
+    assert [row["queue"] for row in json_of("stats", "--dsn", dsn)] == ["demo"]
