@@ -56,16 +56,16 @@ def workers(context: CliContext) -> None:
 def _workers_table(found: list[WorkerInfo]) -> None:
     now = datetime.now(UTC)
     print_table(
-        ["id", "hostname", "pid", "queues", "concurrency", "started_at", "last heartbeat",
-         "status"],
+        ["id", "hostname", "pid", "queues", "concurrency", "stuck", "started_at",
+         "last heartbeat", "status"],
         (
             [worker.id, worker.hostname, worker.pid, ",".join(worker.queues) or "(all)",
-             worker.concurrency, when(worker.started_at),
+             worker.concurrency, worker.stuck, when(worker.started_at),
              f"{(now - worker.last_heartbeat_at).total_seconds():.0f}s ago", worker.status]
             for worker in found
         ),
         empty="No workers running.",
-        right=("pid", "concurrency"),
+        right=("pid", "concurrency", "stuck"),
     )
 
 

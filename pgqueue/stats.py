@@ -65,6 +65,7 @@ class WorkerInfo:
     pid: int
     queues: list[str]  # empty: every queue
     concurrency: int
+    stuck: int  # threads stuck in a sync call whose attempt ended (their slots are taken)
     started_at: datetime
     last_heartbeat_at: datetime
     lease_expires_at: datetime

@@ -489,11 +489,12 @@ class Queries:
     heartbeat = _Typed(HeldJob, """
         WITH worker AS (
             INSERT INTO {schema}.workers
-                (id, hostname, pid, queues, concurrency, lease_expires_at)
+                (id, hostname, pid, queues, concurrency, lease_expires_at, stuck)
             VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(queues)s::text[], %(concurrency)s,
-                    now() + make_interval(secs => %(lease)s))
+                    now() + make_interval(secs => %(lease)s), %(stuck)s)
             ON CONFLICT (id) DO UPDATE
-               SET last_heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at
+               SET last_heartbeat_at = now(), lease_expires_at = EXCLUDED.lease_expires_at,
+                   stuck = EXCLUDED.stuck
             RETURNING id
         ),
         held AS (
@@ -516,7 +517,7 @@ class Queries:
     """)
     delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
     select_workers = _Plain("""
-        SELECT id, hostname, pid, queues, concurrency, started_at, last_heartbeat_at,
+        SELECT id, hostname, pid, queues, concurrency, stuck, started_at, last_heartbeat_at,
                lease_expires_at
           FROM {schema}.workers ORDER BY started_at, id
     """)

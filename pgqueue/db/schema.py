@@ -200,6 +200,9 @@ def _workers(metadata: MetaData, schema: str) -> Table:
         Column("started_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
         Column("last_heartbeat_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
         Column("lease_expires_at", _TIMESTAMPTZ, nullable=False),
+        Column("stuck", Integer, nullable=False, server_default=text("0"),
+               comment="Threads stuck in a sync call whose attempt already ended (their "
+                       "slots stay taken); written by each heartbeat."),
         PrimaryKeyConstraint("id", name="workers_pkey"),
         schema=schema,
         comment="pgqueue live worker processes; an empty queues array means every queue.",

@@ -42,6 +42,7 @@ class Heartbeat(Service):
         running: Callable[[], list[Execution]],
         on_lease_lost: Callable[[Execution], None],
         on_cancel_requested: Callable[[Execution], None],
+        stuck: Callable[[], int] = lambda: 0,
     ) -> None:
         self.lease = lease
         self.interval = timings.heartbeat_interval(lease)
@@ -54,6 +55,7 @@ class Heartbeat(Service):
         self._running = running
         self._on_lease_lost = on_lease_lost
         self._on_cancel_requested = on_cancel_requested
+        self._stuck = stuck
         self.last_success = time.monotonic()
         self.failing_since: float | None = None
 
@@ -76,7 +78,7 @@ class Heartbeat(Service):
         conn = await self.connection()
         started = time.monotonic()
         candidates = [e for e in self._running() if e.started < started]
-        rows = await self._queries.heartbeat.all(conn, self._params)
+        rows = await self._queries.heartbeat.all(conn, self._params | {"stuck": self._stuck()})
         held = {row.id: row for row in rows}
         if self.failing_since is not None:
             logger.info("Heartbeats work again, %.1f s after the last one that succeeded.",

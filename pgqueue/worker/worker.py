@@ -92,6 +92,7 @@ class Worker:
             },
             running=lambda: list(self.executions.values()),
             on_lease_lost=self._lease_lost, on_cancel_requested=self._cancel_requested,
+            stuck=lambda: self.threads.stuck,
         )
         self.producer = Producer(
             connect=self.connections.connector(CLAIMS), queries=queries, worker_id=self.id,

@@ -270,11 +270,11 @@ async def test_heartbeat_query_returns_the_jobs_still_held(
     await insert_job(aconn, status="queued")
     held = await QUERIES.heartbeat.all(aconn, {
         "worker_id": "w1", "hostname": "h", "pid": 1, "queues": ["a", "b"], "concurrency": 2,
-        "lease": 30.0,
+        "lease": 30.0, "stuck": 1,
     })
     assert held == [HeldJob(id=mine, lease_token=5, cancel_requested=False)]
-    cursor = await aconn.execute("SELECT queues FROM pgqueue.workers WHERE id = 'w1'")
-    assert await cursor.fetchone() == (["a", "b"],)
+    cursor = await aconn.execute("SELECT queues, stuck FROM pgqueue.workers WHERE id = 'w1'")
+    assert await cursor.fetchone() == (["a", "b"], 1)
 
 
 # -- rescuer ---------------------------------------------------------------------------------

@@ -324,7 +324,7 @@ def test_workers_are_alive_until_their_row_lease_runs_out(q: Queue, dsn: str) ->
     assert isinstance(found[1], WorkerInfo)
     # The JSON shape of pgq workers --json: the table's columns plus status, ISO datetimes.
     data = found[1].to_dict()
-    assert set(data) == {"id", "hostname", "pid", "queues", "concurrency", "started_at",
+    assert set(data) == {"id", "hostname", "pid", "queues", "concurrency", "stuck", "started_at",
                          "last_heartbeat_at", "lease_expires_at", "status"}
     assert (data["queues"], data["concurrency"], data["status"]) == (["email"], 8, "alive")
     assert data["started_at"] == found[1].started_at.isoformat()
