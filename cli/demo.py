@@ -21,6 +21,7 @@ import typer
 from psycopg.conninfo import conninfo_to_dict
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     Progress,
@@ -254,8 +255,7 @@ def demo(
         if ignored and context.explicit_dsn == EMBEDDED:
             say(f"[dim]{' and '.join(ignored)} set but not used: the demo runs on the "
                 "embedded server unless you pass --dsn.[/]")
-        queue.migrate()
-        say(f"[green]✓[/] schema {queue.schema!r} is up to date (pgq migrate)")
+        say(f"[green]✓[/] {escape(queue.migrate().describe())} (pgq migrate)")
 
         # One queue for every run, emptied first: an interrupted run leaves no backlog
         # behind for the next, and `pgq stats` does not grow a queue per run (issue 18.11).

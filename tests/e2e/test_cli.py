@@ -409,6 +409,7 @@ def test_demo_embedded_in_a_fresh_directory(workdir: Path) -> None:
     result = ok("demo", "--jobs", "300", "--embedded", "--concurrency", "8", cwd=workdir)
     assert (workdir / ".pgqueue").is_dir()
     out = result.stdout
+    assert "Created schema 'pgqueue' at revision" in out, out  # not "is up to date"
     assert "pgqueue demo: summary" in out
     for label in ("Jobs", "Succeeded", "Retried", "Dead", "Elapsed", "Throughput"):
         assert re.search(rf"^{label}\s", out, re.MULTILINE), (label, out)
