@@ -11,7 +11,7 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 import pgqueue
 
@@ -19,6 +19,21 @@ from . import dead, demo, enqueue, jobs, migrate, monitoring, roles, worker
 from .context import CliContext, connected
 from .errors import one_line_error
 from .logs import configure_logging
+
+
+def _usage_name(argument: TyperArgument) -> str:
+    """An argument as the usage line names it: ``ID`` when required, ``[ID]`` when not,
+    ``...`` when repeated: the convention of click, man pages and ``--help`` elsewhere.
+    typer 0.29 writes a required one as ``{ID}``, which reads as literal braces (issue
+    18.13)."""
+    name = argument.display_name_raw
+    if not argument.required:
+        name = f"[{name}]"
+    return f"{name}..." if argument.nargs != 1 else name
+
+
+if hasattr(TyperArgument, "_usage_display_name"):
+    TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign,assignment]
 
 
 class PgqGroup(TyperGroup):

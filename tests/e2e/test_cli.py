@@ -541,3 +541,10 @@ def test_ctrl_c_during_the_demo_stops_the_worker_and_empties_its_queue(dsn: str)
     again = json_of("demo", "--jobs", "50", "--dsn", dsn)
     check_demo_summary(again, 50)
     assert [row["queue"] for row in json_of("stats", "--dsn", dsn)] == ["demo"]
+
+
+def test_usage_lines_name_required_arguments_without_braces() -> None:
+    # Issue 18.13: typer wrote "pgq jobs show [OPTIONS] {ID}".
+    assert ok("jobs", "show", "--help").stdout.splitlines()[0].rstrip().endswith(
+        "pgq jobs show [OPTIONS] ID")
+    assert "pgq dead retry [OPTIONS] [ID]..." in ok("dead", "retry", "--help").stdout
