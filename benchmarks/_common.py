@@ -298,8 +298,10 @@ class Workers:
     """``pgq worker`` subprocesses, each in its own process group; always stopped."""
 
     def __init__(self, bench: Bench, *, count: int = 1, concurrency: int = 8,
-                 extra: Sequence[str] = (), log_level: str = "warning") -> None:
+                 extra: Sequence[str] = (), log_level: str = "warning",
+                 dsn: str | None = None) -> None:
         self.bench = bench
+        self.dsn = dsn or bench.dsn  # the workers' --dsn (a pooler's, say)
         self.count = count
         self.concurrency = concurrency
         self.extra = list(extra)
@@ -316,7 +318,7 @@ class Workers:
             self.logs.append(log_path)
             with log_path.open("wb") as log_file:
                 self.processes.append(subprocess.Popen(
-                    [*pgq_command(), "worker", "-A", "bench_tasks:q", "--dsn", self.bench.dsn,
+                    [*pgq_command(), "worker", "-A", "bench_tasks:q", "--dsn", self.dsn,
                      "--concurrency", str(self.concurrency), "--queues", QUEUE_NAME,
                      "--log-level", self.log_level, *self.extra],
                     env=env, cwd=self.bench.module_dir, stdout=subprocess.DEVNULL,
@@ -386,7 +388,8 @@ def bench_session(dsn: str, *, result_ttl: int = 86400, drop: bool = False) -> I
 
 
 def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
-          timeout: float = 600.0, worker_args: Sequence[str] = ()) -> dict[str, Any]:
+          timeout: float = 600.0, worker_args: Sequence[str] = (),
+          worker_dsn: str | None = None) -> dict[str, Any]:
     """Enqueue ``jobs`` no-op jobs with one ``enqueue_many`` into idle workers; time the drain.
 
     The workers are started and registered first (their start-up is not timed). The drain
@@ -401,7 +404,8 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
     checkpoint(bench.dsn)
     items = [(i,) for i in range(jobs)]
     bench.module.q.workers()  # opens the enqueue pool outside the timing
-    with Workers(bench, count=processes, concurrency=concurrency, extra=worker_args), \
+    with Workers(bench, count=processes, concurrency=concurrency, extra=worker_args,
+                 dsn=worker_dsn), \
             connect(bench.dsn) as conn:
         t0 = time.perf_counter()
         bench.module.noop.enqueue_many(items)
@@ -427,6 +431,55 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
         "duplicates": duplicates,
         "missing": missing,
         "complete": complete and left == 0,
+    }
+
+
+# -- idle latency: single enqueues into idle workers ---------------------------------------
+
+
+def idle_latency(bench: Bench, *, jobs: int, gap: float, warmup: float, concurrency: int,
+                 processes: int = 1, worker_args: Sequence[str] = (),
+                 worker_dsn: str | None = None) -> dict[str, Any]:
+    """Enqueue ``jobs`` jobs one by one, ``gap`` seconds apart, into idle workers.
+
+    Latency = the job's start (recorded by the task) minus the moment ``enqueue``
+    returned (its commit). Workers are started, registered and left idle for ``warmup``
+    seconds first.
+    """
+    assert bench.module is not None
+    bench.module.q.close()
+    reset_schema(bench.dsn)
+    bench.clear_records()
+    checkpoint(bench.dsn)
+    bench.module.q.workers()  # open the enqueue pool before timing
+    committed: dict[int, float] = {}
+    call_ms: list[float] = []
+    with Workers(bench, count=processes, concurrency=concurrency, extra=worker_args,
+                 dsn=worker_dsn):
+        time.sleep(warmup)
+        for i in range(jobs):
+            t0 = time.time()
+            bench.module.noop.enqueue(i)
+            t1 = time.time()
+            committed[i] = t1
+            call_ms.append((t1 - t0) * 1000)
+            time.sleep(gap)
+        complete = bench.wait_for(jobs, 30)
+    starts: dict[int, float] = {}
+    for index, started in bench.read():
+        starts.setdefault(index, started)
+    duplicates, missing = check_once(bench.read(), jobs)
+    latencies = [(starts[i] - committed[i]) * 1000 for i in committed if i in starts]
+    return {
+        "p50_ms": rounded(percentile(latencies, 0.5)),
+        "p90_ms": rounded(percentile(latencies, 0.9)),
+        "p99_ms": rounded(percentile(latencies, 0.99)),
+        "max_ms": rounded(max(latencies, default=None)),
+        "mean_ms": rounded(statistics.mean(latencies) if latencies else None),
+        "enqueue_call_p50_ms": rounded(percentile(call_ms, 0.5)),
+        "duplicates": duplicates,
+        "missing": missing,
+        "complete": complete,
     }
 
 

@@ -11,9 +11,6 @@ measured is commit → NOTIFY → listener → producer claim → executor → t
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import _common as c
 
 
@@ -28,42 +25,10 @@ def main() -> None:
 
     runs = []
     with c.bench_session(args.dsn, drop=args.drop) as bench:
-        assert bench.module is not None
         info = c.machine(args.dsn)
         for rep in range(1, args.reps + 1):
-            bench.module.q.close()
-            c.reset_schema(args.dsn)
-            bench.clear_records()
-            c.checkpoint(args.dsn)
-            bench.module.q.workers()  # open the enqueue pool before timing
-            committed: dict[int, float] = {}
-            call_ms: list[float] = []
-            with c.Workers(bench, concurrency=args.concurrency):
-                time.sleep(args.warmup)
-                for i in range(args.jobs):
-                    t0 = time.time()
-                    bench.module.noop.enqueue(i)
-                    t1 = time.time()
-                    committed[i] = t1
-                    call_ms.append((t1 - t0) * 1000)
-                    time.sleep(args.gap)
-                complete = bench.wait_for(args.jobs, 30)
-            starts: dict[int, float] = {}
-            for index, started in bench.read():
-                starts.setdefault(index, started)
-            duplicates, missing = c.check_once(bench.read(), args.jobs)
-            latencies = [(starts[i] - committed[i]) * 1000 for i in committed if i in starts]
-            run = {
-                "p50_ms": c.rounded(c.percentile(latencies, 0.5)),
-                "p90_ms": c.rounded(c.percentile(latencies, 0.9)),
-                "p99_ms": c.rounded(c.percentile(latencies, 0.99)),
-                "max_ms": c.rounded(max(latencies, default=None)),
-                "mean_ms": c.rounded(statistics.mean(latencies) if latencies else None),
-                "enqueue_call_p50_ms": c.rounded(c.percentile(call_ms, 0.5)),
-                "duplicates": duplicates,
-                "missing": missing,
-                "complete": complete,
-            }
+            run = c.idle_latency(bench, jobs=args.jobs, gap=args.gap, warmup=args.warmup,
+                                 concurrency=args.concurrency)
             c.log(f"rep {rep}: p50 {run['p50_ms']} ms, p99 {run['p99_ms']} ms")
             runs.append(run)
 

@@ -91,6 +91,18 @@ def worker(
     burst: Annotated[
         bool, typer.Option("--burst", help="Drain the jobs that are ready, then exit 0.")
     ] = False,
+    listen_dsn: Annotated[
+        str | None,
+        typer.Option("--listen-dsn", metavar="DSN", show_default=False,
+                     help="LISTEN for ready jobs on a connection to this DSN: PostgreSQL "
+                          "itself when --dsn leads to a pooler in transaction mode "
+                          "(pool_mode=transaction), which cannot deliver notifications."),
+    ] = None,
+    no_listen: Annotated[
+        bool, typer.Option("--no-listen",
+                           help="Do not LISTEN; poll every --poll-interval instead (a job "
+                                "then waits up to that long to start).")
+    ] = False,
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Log threshold.")
     ] = LogLevel.info,
@@ -120,6 +132,8 @@ def worker(
         "lease": lease,
         "connect_timeout": connect_timeout,
         "log_succeeded": log_succeeded or None,
+        "listen_dsn": listen_dsn,
+        "listen": False if no_listen else None,
     }
     settings = {name: value for name, value in given.items() if value is not None}
     queue = load_queue(app)

@@ -1,5 +1,6 @@
 """The pytest plugin that puts a real PgBouncer in transaction mode in front of the test
-server: fixture ``pgbouncer`` (one pooler per test session, started on first use).
+server: fixture ``pgbouncer`` (one pooler per test session, started on first use);
+:func:`start_pgbouncer` also starts others (session mode, another pool size).
 
 PgBouncer comes from the Debian package ``pgbouncer`` (``.ci/run`` installs it). In
 transaction mode every transaction may run on a different server connection, so
@@ -32,7 +33,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests._database import DatabaseServer
 
-__all__ = ["PgBouncer", "find_pgbouncer"]
+__all__ = ["PgBouncer", "find_pgbouncer", "start_pgbouncer"]
 
 # Server connections per (database, user): small enough that clients always share them.
 POOL_SIZE = 2
@@ -95,7 +96,8 @@ def _run_as(server_host: str) -> str | None:
     return "nobody"
 
 
-def start_pgbouncer(server: DatabaseServer) -> PgBouncer:
+def start_pgbouncer(server: DatabaseServer, *, pool_mode: str = "transaction",
+                    pool_size: int = POOL_SIZE) -> PgBouncer:
     """Start pgbouncer in front of ``server``; returns once it accepts connections."""
     params = {key: str(value) for key, value in conninfo_to_dict(server.admin_dsn).items()}
     host = params.get("host", "127.0.0.1")
@@ -110,8 +112,8 @@ def start_pgbouncer(server: DatabaseServer) -> PgBouncer:
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {directory / 'userlist.txt'}\n"
-        "pool_mode = transaction\n"
-        f"default_pool_size = {POOL_SIZE}\nmin_pool_size = 0\nreserve_pool_size = 0\n"
+        f"pool_mode = {pool_mode}\n"
+        f"default_pool_size = {pool_size}\nmin_pool_size = 0\nreserve_pool_size = 0\n"
         "max_client_conn = 500\nmax_db_connections = 0\n"
         "server_login_retry = 1\nserver_lifetime = 3600\n"
         f"logfile = {directory / 'pgbouncer.log'}\npidfile = {directory / 'pgbouncer.pid'}\n"

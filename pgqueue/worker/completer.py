@@ -22,7 +22,7 @@ import psycopg
 from pgqueue.db.names import notify_channel
 from pgqueue.db.queries import Queries
 from pgqueue.worker.backoff import Backoff
-from pgqueue.worker.connections import Connect
+from pgqueue.worker.connections import Link
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
 
@@ -42,12 +42,13 @@ class Completer(Service):
     def __init__(
         self,
         *,
-        connect: Connect,
+        connect: Link,
         queries: Queries,
         on_recorded: Callable[[Outcome, bool], None],
         flush_interval: float = 0.002,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff())
+        self._link = connect
         self._queries = queries
         self._on_recorded = on_recorded
         self._flush_interval = flush_interval
@@ -135,14 +136,16 @@ class Completer(Service):
         }
         # Prepared after five executions like any statement; see connections.COMPLETIONS
         # for why its cached plan cannot degrade into a sequential scan.
-        rows = await self._queries.complete_jobs.all(conn, params)
+        async with self._link.applied(conn):
+            rows = await self._queries.complete_jobs.all(conn, params)
+            ready_queues = sorted({row.queue for row in rows
+                                   if row.kind in ("release", "retry", "snooze") and row.ready})
+            if ready_queues:
+                await conn.execute(self._queries.notify_ready, {
+                    "channel": notify_channel(self._queries.schema),
+                    "queues": ",".join(ready_queues),
+                })
         changed = {(row.id, row.token) for row in rows}
-        ready_queues = sorted({row.queue for row in rows
-                               if row.kind in ("release", "retry", "snooze") and row.ready})
-        if ready_queues:
-            await conn.execute(self._queries.notify_ready, {
-                "channel": notify_channel(self._queries.schema), "queues": ",".join(ready_queues),
-            })
         for outcome in batch:
             recorded = outcome.key in changed
             if not recorded:

@@ -1,24 +1,36 @@
 """Every connection a worker opens, and every setting of its session, with the reason.
 
 Each service of the worker has a connection of its own (a slow statement in one never
-queues behind another's), all opened by :meth:`WorkerConnections.connect` with the
-settings of one :class:`Session` below. Nothing else in the worker sets a session
-parameter. Tasks get the only other connections, from :class:`TaskConnections` (for
-``ctx.transaction()``), with PostgreSQL's defaults: a task's own statements run as the
-user expects, and commit synchronously.
+queues behind another's), opened through a :class:`Link`: the service's way to the
+database, made by :meth:`WorkerConnections.link` for one :class:`Session` below. Nothing
+else in the worker sets a session parameter. Tasks get the only other connections, from
+:class:`TaskConnections` (for ``ctx.transaction()``), with PostgreSQL's defaults: a
+task's own statements run as the user expects, and commit synchronously.
 
-A :class:`Session` holds its settings as (name, value) pairs, and only
-:meth:`WorkerConnections.connect` turns them into something PostgreSQL sees: startup
-``options`` today. PgBouncer in transaction mode refuses startup options and session
-``SET``; there the same pairs must become ``SET LOCAL`` at the start of each
-transaction, which changes how a connection is opened and used, not which settings
-exist, why, or who asks for them.
+A :class:`Session` holds its settings as (name, value) pairs; how PostgreSQL gets them
+depends on what the DSN leads to. Directly, or through a pooler in session mode, they
+are set once per connection, by its first statement (``set_config``: PgBouncer refuses
+them as startup ``options`` in every mode). Behind a pooler in transaction mode (the DSN
+option ``pool_mode=transaction``, docs/guides/deployment.md) each transaction may run on
+another server connection: there a service runs each round's statements inside
+:meth:`Link.applied`, a pipeline whose first statement sets the pairs for the current
+transaction only (``set_config(..., is_local => true)``, what ``SET LOCAL`` does) and
+whose statements all run in that one transaction, in the same round trips as without
+it. Statements are never prepared there (:attr:`Link.prepare`), and LISTEN, whose
+notifications a transaction pooler cannot deliver, takes its own direct connection
+(``--listen-dsn``) or none at all (``--no-listen``).
+
+A new connection's first statement must finish within ``timings.SERVER_WAIT``: a pooler
+in session mode with fewer server connections than its clients accepts the login, then
+holds each statement until a server connection frees up (PgBouncer's
+``query_wait_timeout``, two minutes by default), and the service would wait in silence.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +38,7 @@ import psycopg
 from psycopg.types.json import set_json_loads
 
 from pgqueue.serialization import loads
+from pgqueue.worker import timings
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
 
@@ -47,9 +60,15 @@ class Session:
     # Decode jsonb with orjson (pgqueue.serialization.loads) instead of json.loads.
     fast_json: bool = False
 
-    def options(self) -> str:
-        """The ``-c name=value`` startup options that apply the parameters."""
-        return " ".join(f"-c {name}={value}" for name, value in self.parameters)
+    def statement(self, *, local: bool) -> tuple[str, list[str]]:
+        """A statement and its parameters that apply the parameters to the session, or
+        (``local``) to the current transaction only, like ``SET [LOCAL]``; ``SELECT 1``
+        if there are none."""
+        if not self.parameters:
+            return "SELECT 1", []
+        scope = "true" if local else "false"
+        calls = ", ".join(f"set_config(%s, %s, {scope})" for _ in self.parameters)
+        return f"SELECT {calls}", [text for pair in self.parameters for text in pair]
 
 
 # The producer's connection: claims and next_run_at.
@@ -92,35 +111,110 @@ DEFAULTS = Session()
 
 
 class WorkerConnections:
-    """Opens the worker's connections: autocommit, named after the worker, link-checked."""
+    """Opens the worker's connections: autocommit, named after the worker, link-checked.
 
-    def __init__(self, dsn: str, worker_id: str) -> None:
+    ``pooled``: ``dsn`` leads to a pooler in transaction mode (see the module docstring).
+    ``listen_dsn``: where the listener connects, if not to ``dsn`` (a pooler in
+    transaction mode cannot deliver notifications).
+    """
+
+    def __init__(self, dsn: str, worker_id: str, *, pooled: bool = False,
+                 listen_dsn: str | None = None) -> None:
         self.dsn = dsn
+        self.pooled = pooled
+        self.listen_dsn = listen_dsn
         # What pg_stat_activity shows, so an operator can tell whose connection it is.
         self.application_name = f"pgqueue worker {worker_id}"[:63]
 
-    async def connect(self, session: Session = DEFAULTS) -> psycopg.AsyncConnection[Any]:
-        """A new autocommit connection with ``session``'s settings."""
-        extra: dict[str, Any] = {"options": session.options()} if session.parameters else {}
+    async def connect(self, session: Session = DEFAULTS, *,
+                      dsn: str | None = None) -> psycopg.AsyncConnection[Any]:
+        """A new autocommit connection with ``session``'s settings (to ``dsn`` if given)."""
+        pooled = self.pooled and dsn is None
+        # Never prepare behind a transaction pooler: the next transaction may run on
+        # another server connection. The session's settings are then applied in each
+        # transaction (Link.applied) instead of here.
+        extra: dict[str, Any] = {"prepare_threshold": None} if pooled else {}
         conn = await psycopg.AsyncConnection.connect(
-            self.dsn, autocommit=True, application_name=self.application_name,
+            dsn or self.dsn, autocommit=True, application_name=self.application_name,
             **_LINK, **extra,
         )
+        first = (DEFAULTS if pooled else session).statement(local=False)
+        try:
+            async with asyncio.timeout(timings.SERVER_WAIT):
+                await conn.execute(*first)
+        except TimeoutError:
+            await conn.close()
+            raise psycopg.OperationalError(
+                f"the first statement on a new connection did not finish within "
+                f"{timings.SERVER_WAIT:g}s: behind a pooler in session mode, give it a "
+                f"server connection for each of every worker's connections "
+                f"(docs/guides/deployment.md#pgbouncer)"
+            ) from None
+        except BaseException:
+            await conn.close()
+            raise
         if session.fast_json:
             set_json_loads(loads, conn)
         return conn
 
-    def connector(self, session: Session = DEFAULTS) -> Connect:
-        """A function that opens connections with ``session``'s settings (for a service)."""
-        return lambda: self.connect(session)
+    def link(self, session: Session = DEFAULTS) -> Link:
+        """How a service with ``session``'s settings reaches the database."""
+        return Link(self, session)
+
+    def listen_link(self) -> Link:
+        """How the listener reaches the database: ``listen_dsn`` if given, else ``dsn``."""
+        return Link(self, DEFAULTS, dsn=self.listen_dsn)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One service's way to the database: calling it opens a connection; statements that
+    need the session's settings run inside :meth:`applied`; hot statements pass
+    :attr:`prepare`."""
+
+    connections: WorkerConnections
+    session: Session
+    dsn: str | None = None  # another DSN than the worker's (the listener's --listen-dsn)
+
+    async def __call__(self) -> psycopg.AsyncConnection[Any]:
+        return await self.connections.connect(self.session, dsn=self.dsn)
+
+    @property
+    def pooled(self) -> bool:
+        """Whether this link leads to a pooler in transaction mode."""
+        return self.connections.pooled and self.dsn is None
+
+    @property
+    def prepare(self) -> bool:
+        """``prepare=`` for a statement run on every round: prepared at once, except
+        behind a pooler in transaction mode, where nothing may be prepared."""
+        return not self.pooled
+
+    @contextlib.asynccontextmanager
+    async def applied(self, conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+        """Run the statements of the block with the session's settings.
+
+        Directly, the connection already has them. Behind a transaction pooler, the block
+        is one pipeline: ``set_config`` first, then the block's statements, all in one
+        implicit transaction (committed at the block's end, with the single Sync), so on
+        one server connection and in one round trip per result read.
+        """
+        if not (self.pooled and self.session.parameters):
+            yield
+            return
+        async with conn.pipeline():
+            await conn.execute(*self.session.statement(local=True))
+            yield
 
 
 class TaskConnections:
     """Pools for ctx.transaction(), opened only if a task asks for one."""
 
-    def __init__(self, dsn: str, size: int) -> None:
+    def __init__(self, dsn: str, size: int, *, pooled: bool = False) -> None:
         self._dsn = dsn
         self._size = size
+        # Behind a transaction pooler a task's connection must not prepare either.
+        self._kwargs: dict[str, Any] = {"prepare_threshold": None} if pooled else {}
         self._sync: Any = None
         self._async: Any = None
 
@@ -129,7 +223,7 @@ class TaskConnections:
             from psycopg_pool import ConnectionPool
 
             self._sync = ConnectionPool(self._dsn, min_size=0, max_size=self._size, open=True,
-                                        name="pgqueue-tasks")
+                                        name="pgqueue-tasks", kwargs=self._kwargs)
         return self._sync
 
     async def async_pool(self) -> Any:
@@ -137,7 +231,7 @@ class TaskConnections:
             from psycopg_pool import AsyncConnectionPool
 
             pool = AsyncConnectionPool(self._dsn, min_size=0, max_size=self._size, open=False,
-                                       name="pgqueue-tasks-async")
+                                       name="pgqueue-tasks-async", kwargs=self._kwargs)
             await pool.open()
             self._async = pool
         return self._async

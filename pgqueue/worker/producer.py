@@ -33,7 +33,7 @@ from typing import Any
 from pgqueue.db.queries import ClaimedJob, Queries, Query
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
-from pgqueue.worker.connections import Connect
+from pgqueue.worker.connections import Link
 from pgqueue.worker.service import Service
 
 logger = logging.getLogger("pgqueue.worker")
@@ -53,7 +53,7 @@ class Producer(Service):
     def __init__(
         self,
         *,
-        connect: Connect,
+        connect: Link,
         queries: Queries,
         worker_id: str,
         queues: list[str],
@@ -67,6 +67,7 @@ class Producer(Service):
         starved: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff())
+        self._link = connect
         self._queries = queries
         self._queues = queues
         # Each variant is its own statement, with its own plan (see queries._claim).
@@ -154,14 +155,18 @@ class Producer(Service):
     ) -> list[ClaimedJob]:
         conn = await self.connection()
         token = secrets.randbits(63)  # fences every outcome of this claim (lease_token)
-        return await query.all(
-            conn, self._claim_params | extra | {"limit": limit, "token": token}, prepare=True,
-        )
+        async with self._link.applied(conn):
+            return await query.all(
+                conn, self._claim_params | extra | {"limit": limit, "token": token},
+                prepare=self._link.prepare,
+            )
 
     async def _seconds_until_next_job(self) -> float:
         """How long until the next scheduled job is due (capped by the poll interval)."""
-        row = await self._queries.next_run_at.one(
-            await self.connection(), {"queues": self._queues}, prepare=True)
+        conn = await self.connection()
+        async with self._link.applied(conn):
+            row = await self._queries.next_run_at.one(
+                conn, {"queues": self._queues}, prepare=self._link.prepare)
         if row.next_run_at is None:
             return self.poll_interval
         due_in = (row.next_run_at - datetime.now(UTC)).total_seconds()

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pgqueue.errors import ConfigurationError
-from pgqueue.settings import parse_duration
+from pgqueue.settings import normalize_dsn, parse_duration, split_pool_mode
 from pgqueue.worker import timings
 
 
@@ -41,6 +48,12 @@ class WorkerSettings(BaseModel):
     # a third of the throughput (docs/guides/operations.md, "Logs"); failures, retries
     # and dead jobs always get their line.
     log_succeeded: bool = False
+    # LISTEN for ready jobs. Off: poll only, a job then starts up to poll_interval after
+    # it became ready (the worker says so when it starts).
+    listen: bool = True
+    # Where the listener connects when the worker's DSN leads to a pooler in transaction
+    # mode, which cannot deliver notifications: PostgreSQL itself, or a session pooler.
+    listen_dsn: str | None = None
 
     @property
     def allowance(self) -> int:
@@ -53,9 +66,10 @@ class WorkerSettings(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ())) or "worker setting"
+            where = ".".join(str(p) for p in first.get("loc", ()))
             message = str(first["msg"]).removeprefix("Value error, ")
-            raise ConfigurationError(f"invalid worker setting {where}: {message}") from None
+            what = f"invalid worker setting {where}" if where else "invalid worker settings"
+            raise ConfigurationError(f"{what}: {message}") from None
 
     @field_validator("poll_interval", "lease", "shutdown_timeout", "connect_timeout",
                      "rescue_interval", "prune_interval", "completion_flush_interval",
@@ -70,6 +84,27 @@ class WorkerSettings(BaseModel):
         if value < timings.LEASE_FLOOR:
             raise ValueError(f"lease must be at least {timings.LEASE_FLOOR:g} second")
         return value
+
+    @field_validator("listen_dsn")
+    @classmethod
+    def _direct_dsn(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            dsn, pool_mode = split_pool_mode(normalize_dsn(value))
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
+        if pool_mode == "transaction":
+            raise ValueError("the listen DSN must reach PostgreSQL directly (or a pooler "
+                             "in session mode), not a pooler in transaction mode")
+        return dsn
+
+    @model_validator(mode="after")
+    def _listen_or_not(self) -> WorkerSettings:
+        if self.listen_dsn is not None and not self.listen:
+            raise ValueError("give a listen DSN (--listen-dsn) or no listening "
+                             "(--no-listen), not both")
+        return self
 
     @field_validator("queues", mode="before")
     @classmethod

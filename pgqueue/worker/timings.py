@@ -85,3 +85,10 @@ FINAL_FLUSH: Final = 15.0
 # How long removing the worker's row may take before the worker exits without it (the
 # row then expires: STALE_WORKER_GRACE after its lease).
 DEREGISTER_TIMEOUT: Final = 5.0
+
+# A new worker connection's first statement (its session settings, or SELECT 1) must end
+# within this, else the connection counts as failed and its service retries, with a
+# warning: a pooler in session mode with too few server connections accepts logins and
+# then holds statements silently until its own timeout (PgBouncer's query_wait_timeout,
+# 120 s by default). worker/connections.py.
+SERVER_WAIT: Final = 10.0

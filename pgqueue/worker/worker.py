@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from pgqueue.db.migrate import check_schema_async
 from pgqueue.db.names import notify_channel
-from pgqueue.errors import DatabaseUnavailable, first_line
+from pgqueue.errors import ConfigurationError, DatabaseUnavailable, first_line
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.completer import Completer
@@ -72,11 +72,20 @@ class Worker:
         self._stop = asyncio.Event()
         self._interrupts = 0
         queries = queue.queries
-        self.connections = WorkerConnections(self.dsn, self.id)
+        pooled = queue.pool_mode == "transaction"
+        if pooled and settings.listen and settings.listen_dsn is None:
+            raise ConfigurationError(
+                "a worker behind a pooler in transaction mode (pool_mode=transaction) "
+                "cannot LISTEN through it: give --listen-dsn with a direct DSN "
+                "(listen_dsn=...), or --no-listen (listen=False) to poll every "
+                "--poll-interval"
+            )
+        self.connections = WorkerConnections(self.dsn, self.id, pooled=pooled,
+                                             listen_dsn=settings.listen_dsn)
         self.threads = DaemonThreadPool(settings.concurrency, on_unstuck=self._unstuck)
-        self.task_connections = TaskConnections(self.dsn, settings.concurrency)
+        self.task_connections = TaskConnections(self.dsn, settings.concurrency, pooled=pooled)
         self.completer = Completer(
-            connect=self.connections.connector(COMPLETIONS), queries=queries,
+            connect=self.connections.link(COMPLETIONS), queries=queries,
             on_recorded=self._recorded, flush_interval=settings.completion_flush_interval,
         )
         self.executor = Executor(
@@ -85,7 +94,7 @@ class Worker:
             log_succeeded=settings.log_succeeded,
         )
         self.heartbeat = Heartbeat(
-            connect=self.connections.connector(), queries=queries, lease=settings.lease,
+            connect=self.connections.link(), queries=queries, lease=settings.lease,
             registration={
                 "worker_id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "queues": settings.queues, "concurrency": settings.concurrency,
@@ -95,32 +104,38 @@ class Worker:
             stuck=lambda: self.threads.stuck,
         )
         self.producer = Producer(
-            connect=self.connections.connector(CLAIMS), queries=queries, worker_id=self.id,
+            connect=self.connections.link(CLAIMS), queries=queries, worker_id=self.id,
             queues=settings.queues,
             lease=settings.lease, poll_interval=settings.poll_interval,
             free_slots=self._free_slots,
             start=self._start, healthy=lambda: self.heartbeat.healthy,
             burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
         )
+        # None with listen=False: the producer polls (and the worker is ready once
+        # registered).
         self.listener = Listener(
-            connect=self.connections.connector(), channel=notify_channel(queue.schema),
+            connect=self.connections.listen_link(), channel=notify_channel(queue.schema),
             queues=frozenset(settings.queues), wake=self.producer.wake,
-        )
+        ) if settings.listen else None
+        self._registered = asyncio.Event()
         self.maintenance = Maintenance(
-            connect=self.connections.connector(), queries=queries,
+            connect=self.connections.link(), queries=queries,
             rescue_interval=settings.rescue_interval, prune_interval=settings.prune_interval,
         )
         # Started in this order and stopped in the reverse; the producer, which gives the
         # others work, starts last and stops first.
         self.services: list[Service] = [
-            self.completer, self.heartbeat, self.listener, self.maintenance, self.producer,
+            service for service in (self.completer, self.heartbeat, self.listener,
+                                    self.maintenance, self.producer)
+            if service is not None
         ]
 
     @property
     def ready(self) -> asyncio.Event:
         """Set once the worker is registered and listening for wake-ups (cleared while
-        its listen connection is being re-established)."""
-        return self.listener.listening
+        its listen connection is being re-established); without a listener, once it is
+        registered."""
+        return self.listener.listening if self.listener is not None else self._registered
 
     @property
     def sleeping(self) -> asyncio.Event:
@@ -289,6 +304,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         await self._wait_for_database()
         await self.heartbeat.beat()  # registers the worker row before the first claim
+        self._registered.set()
         self._handles_signals = self.settings.install_signal_handlers
         if self._handles_signals and threading.current_thread() is not threading.main_thread():
             # Signal handlers can only be installed in the main thread (issue 18.9).
@@ -301,6 +317,12 @@ class Worker:
             self._loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         logger.info("Worker %s started: concurrency %d, queues %s.", self.id,
                     self.settings.concurrency, ",".join(self.settings.queues) or "(all)")
+        if self.listener is None:
+            logger.warning(
+                "Not listening for notifications (--no-listen): a job starts up to the "
+                "poll interval (%gs) after it becomes ready, half of that on average; "
+                "lower --poll-interval for less (one claim query per worker per poll), or "
+                "give --listen-dsn.", self.settings.poll_interval)
         tasks = {service.start(): service for service in self.services}
         stop = asyncio.create_task(self._stop.wait())
         try:

@@ -25,6 +25,11 @@ CASES = {
         ["--jobs", "20", "--gap", "0.01", "--warmup", "0.3"],
         {"p50_ms", "p99_ms", "max_ms", "enqueue_call_p50_ms", "missing", "complete"},
     ),
+    "pgbouncer": (
+        ["--jobs", "10", "--gap", "0.01", "--warmup", "0.3", "--drain-jobs", "300",
+         "--workers", "2"],
+        {"direct", "pooled_listen", "pooled_poll", "duplicates", "missing", "complete"},
+    ),
     "bulk_enqueue": (
         ["--jobs", "2000", "--reps", "1"],
         {"annotated_per_s", "annotated_insert_per_s", "plain_per_s", "raw_minimal_per_s",

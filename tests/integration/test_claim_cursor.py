@@ -19,17 +19,16 @@ from typing import Any
 import psycopg
 
 from pgqueue.db.queries import ClaimedJob, for_schema
+from pgqueue.worker.connections import WorkerConnections
 from pgqueue.worker.producer import Producer
 
 QUERIES = for_schema("pgqueue")
 
 
 def _producer(dsn: str, queues: list[str] | None = None) -> Producer:
-    async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-
     return Producer(
-        connect=connect, queries=QUERIES, worker_id="cursor-test", queues=queues or [],
+        connect=WorkerConnections(dsn, "cursor-test").link(), queries=QUERIES,
+        worker_id="cursor-test", queues=queues or [],
         lease=30.0, poll_interval=5.0, free_slots=lambda: 8, start=lambda job: None,
         healthy=lambda: True,
     )

@@ -23,6 +23,7 @@ import pytest
 from pgqueue import Job, JobContext, Queue
 from pgqueue.db.queries import ClaimedJob, HeldJob, RecordedOutcome, for_schema
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.connections import Link, WorkerConnections
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
@@ -42,11 +43,9 @@ async def maintenance(dsn: str) -> AsyncIterator[Maintenance]:
         await service.close()
 
 
-def connector(dsn: str) -> Any:
-    async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-
-    return connect
+def connector(dsn: str) -> Link:
+    """How a service under test reaches the test database (as a worker's would)."""
+    return WorkerConnections(dsn, "services-test").link()
 
 
 async def insert_job(aconn: psycopg.AsyncConnection[Any], **columns: Any) -> int:

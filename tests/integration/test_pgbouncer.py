@@ -19,7 +19,8 @@ import psycopg
 import pytest
 
 from pgqueue import JobContext, Queue
-from tests._pgbouncer import PgBouncer
+from pgqueue.worker.connections import CLAIMS, WorkerConnections
+from tests._pgbouncer import POOL_SIZE, PgBouncer
 
 THREADS = 4
 JOBS_PER_THREAD = 150
@@ -118,3 +119,50 @@ async def test_async_enqueue_from_four_tasks_through_the_pooler(pooled: str, dsn
     ids = {job_id for result in results for job_id in result}
     assert len(ids) == THREADS * JOBS_PER_THREAD
     assert await asyncio.to_thread(_count, dsn) == (len(ids), len(ids))
+
+
+# What a worker's claim connection must see inside each of its transactions
+# (pgqueue/worker/connections.py, CLAIMS), and what the pooler's server sessions keep.
+SHOW = "SELECT current_setting('enable_sort'), current_setting('synchronous_commit')"
+
+
+async def test_worker_links_apply_their_settings_in_every_transaction(
+    pgbouncer: PgBouncer, dsn: str
+) -> None:
+    connections = WorkerConnections(pgbouncer.dsn(dsn), "pooled-test", pooled=True)
+    claims = connections.link(CLAIMS)
+    assert not claims.prepare
+    # More clients than the pool's two server connections, so that every round may land
+    # on a server connection another client used last; and more rounds than psycopg's
+    # prepare threshold (5), so that a prepared statement would have been made.
+    conns = [await claims() for _ in range(POOL_SIZE + 2)]
+    try:
+        for round_ in range(12):
+            for conn in conns:
+                async with claims.applied(conn):
+                    cursor = await conn.execute(SHOW)
+                    assert await cursor.fetchone() == ("off", "off"), round_
+                # Outside the block: the server session's own values, never left changed.
+                cursor = await conn.execute(SHOW)
+                assert await cursor.fetchone() == ("on", "on"), round_
+        # A link without settings runs its statements as they are.
+        plain = connections.link()
+        conn = await plain()
+        async with plain.applied(conn):
+            cursor = await conn.execute(SHOW)
+            assert await cursor.fetchone() == ("on", "on")
+        await conn.close()
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def test_a_direct_worker_link_sets_its_settings_once_per_connection(dsn: str) -> None:
+    claims = WorkerConnections(dsn, "direct-test").link(CLAIMS)
+    assert claims.prepare
+    conn = await claims()
+    try:
+        cursor = await conn.execute(SHOW)  # startup options: no block needed
+        assert await cursor.fetchone() == ("off", "off")
+    finally:
+        await conn.close()

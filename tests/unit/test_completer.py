@@ -6,22 +6,19 @@ row of the next batch: the final outcome wins, carrying the newest progress with
 
 from __future__ import annotations
 
-from typing import Any
-
-import psycopg
 import pytest
 
 from pgqueue.db.queries import for_schema
 from pgqueue.worker.completer import Completer
+from pgqueue.worker.connections import WorkerConnections
 from pgqueue.worker.outcome import Outcome
 
 
 @pytest.fixture
 def completer() -> Completer:
-    async def never() -> psycopg.AsyncConnection[Any]:
-        raise AssertionError("the unit tests write nothing")
-
-    return Completer(connect=never, queries=for_schema("pgqueue"),
+    # The unit tests write nothing: the link is never called (there is no server).
+    return Completer(connect=WorkerConnections("host=/nonexistent", "unit").link(),
+                     queries=for_schema("pgqueue"),
                      on_recorded=lambda outcome, recorded: None)
 
 
