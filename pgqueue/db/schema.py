@@ -121,6 +121,13 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
             "status <> 'running' OR (lease_expires_at IS NOT NULL AND worker_id IS NOT NULL)",
             name="jobs_running_has_lease",
         ),
+        CheckConstraint(  # 0005_times_in_range: times Python's datetime can read
+            "run_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz "
+            "AND '9999-12-30 00:00:00+00'::timestamptz "
+            "AND created_at BETWEEN '0001-01-02 00:00:00+00'::timestamptz "
+            "AND '9999-12-30 00:00:00+00'::timestamptz",
+            name="jobs_times_in_range",
+        ),
         schema=schema,
         comment="pgqueue live jobs: queued, running, and finished rows kept until result_ttl.",
         postgresql_with=_JOBS_STORAGE,

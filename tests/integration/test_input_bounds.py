@@ -33,7 +33,8 @@ from pgqueue.bounds import MAX_IDEMPOTENCY_KEY_BYTES, MAX_SCHEMA_NAME_LENGTH
 from pgqueue.cli.errors import one_line_error
 from pgqueue.db.migrate import upgrade
 from pgqueue.db.names import notify_channel
-from tests.integration._worker_helpers import row, run_burst
+from tests._polling import async_wait_until
+from tests.integration._worker_helpers import background_worker, row, run_burst
 
 
 def _job_count(dsn: str, schema: str = "pgqueue") -> int:
@@ -316,3 +317,59 @@ async def test_enqueue_before_migrate_says_run_pgq_migrate_in_one_line(empty_dsn
                 await t.using(conn=conn).enqueue_async(1)
     finally:
         await q.close_async()
+
+
+# -- 10.1: times a row inserted by hand may hold -------------------------------------------
+
+UNREADABLE_TIMES = ["infinity", "-infinity", "10000-01-01 00:00:00+00", "0001-01-01 00:00:00+00"]
+
+
+@pytest.mark.parametrize("when", UNREADABLE_TIMES)
+@pytest.mark.parametrize("column", ["run_at", "created_at"])
+def test_a_time_python_cannot_read_is_refused_at_insert(dsn: str, column: str, when: str) -> None:
+    # 'infinity' in run_at used to make every worker exit at start ("timestamp too
+    # large", reading the next scheduled job's time) and pgq jobs list fail, forever.
+    with psycopg.connect(dsn) as conn, pytest.raises(errors.CheckViolation,
+                                                    match="jobs_times_in_range"):
+        conn.execute(
+            sql.SQL("INSERT INTO pgqueue.jobs (task, {}) VALUES ('t', %s)").format(
+                sql.Identifier(column)), (when,))
+
+
+async def test_rows_out_of_range_before_revision_0005_are_moved_to_dead_jobs(
+    empty_dsn: str,
+) -> None:
+    upgrade(empty_dsn, "pgqueue", "0004_workers_stuck")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        bad = [
+            conn.execute("INSERT INTO pgqueue.jobs (task, args, run_at) VALUES "
+                         "('add', '[1, 2]', %s) RETURNING id", (when,)).fetchone()[0]  # type: ignore[index]
+            for when in UNREADABLE_TIMES
+        ]
+        bad.append(conn.execute("INSERT INTO pgqueue.jobs (task, args, created_at) VALUES "
+                                "('add', '[1, 2]', 'infinity') RETURNING id").fetchone()[0])  # type: ignore[index]
+        good = conn.execute("INSERT INTO pgqueue.jobs (task, args) VALUES ('add', '[2, 3]') "
+                            "RETURNING id").fetchone()[0]  # type: ignore[index]
+    assert upgrade(empty_dsn, "pgqueue").changed
+
+    queue = Queue(dsn=empty_dsn)
+
+    @queue.task(name="add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    try:
+        # Every moved row is readable, dead, and says why; pgq dead retry brings it back.
+        for job_id in bad:
+            job = await queue.get_job_async(job_id)
+            assert job is not None and job.status == "dead", job_id
+            assert job.error is not None and "revision 0005_times_in_range" in job.error
+        assert {job.id for job in queue.dead_jobs()} == set(bad)
+        # A worker (not a burst one: it looks for the next scheduled job) runs the rest.
+        # Its exit status is checked on the way out (0: it never died).
+        async with background_worker(queue):
+            await async_wait_until(
+                lambda: (row(empty_dsn, good) or {}).get("status") == "succeeded",
+                timeout=15, message="the in-range job to run")
+    finally:
+        await queue.close_async()
