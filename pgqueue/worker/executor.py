@@ -19,7 +19,7 @@ from pgqueue.context import JobContext, TransactionSource
 from pgqueue.db.queries import ClaimedJob, Queries
 from pgqueue.errors import Discard, LeaseLost, Retry, Snooze
 from pgqueue.job import Job
-from pgqueue.serialization import encode_result
+from pgqueue.serialization import encode_result, storable_text
 from pgqueue.task import Task
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import retry_delay
@@ -248,7 +248,7 @@ class Executor:
 
     def _final_or_retry(self, execution: Execution, error: str, delay: float | None) -> Outcome:
         job = execution.job
-        error = _storable(error)
+        error = storable_text(error)
         if job.attempt >= job.max_attempts:
             return self._dead(job, error)
         if delay is None:
@@ -260,16 +260,10 @@ class Executor:
         return Outcome.of(job, "retry", error=error, delay=delay)
 
     def _dead(self, job: ClaimedJob, error: str) -> Outcome:
-        error = _storable(error)
+        error = storable_text(error)
         logger.error("Job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
                      _last_line(error), extra=_extra(job))
         return Outcome.of(job, "dead", error=error)
-
-
-def _storable(error: str) -> str:
-    """The error text with NUL characters spelled out: a text column refuses them, and one
-    refused outcome would fail the completer's whole batch."""
-    return error.replace("\x00", "\\x00")
 
 
 def _last_line(error: str) -> str:

@@ -160,6 +160,34 @@ async def test_a_task_raising_an_absurd_retry_or_snooze_fails_that_attempt_clear
         )
 
 
+async def test_a_lone_surrogate_in_what_a_task_raises_or_returns_fails_only_that_attempt(
+    aq: Queue, dsn: str
+) -> None:
+    """An exception text holding a lone surrogate (which PostgreSQL text cannot hold) used
+    to fail the completer's whole batch with UnicodeEncodeError and exit the worker (issue
+    10.2): every co-running job lost its attempt to lease expiry. The text is now stored
+    with the surrogate escaped; a returned one fails the attempt, saying why."""
+
+    @aq.task(name="surrogates", max_attempts=1)
+    async def surrogates(how: str) -> str:
+        if how == "raise":
+            raise ValueError("bad \ud800 text")
+        if how == "return":
+            return "\udfff"
+        return "fine"
+
+    raised = await surrogates.enqueue_async("raise")
+    returned = await surrogates.enqueue_async("return")
+    fine = await surrogates.enqueue_async("ok")
+    await run_burst(aq, concurrency=3)  # returns only if the worker exited 0
+    dead = await asyncio.to_thread(row, dsn, raised.id, "dead_jobs")
+    assert dead is not None
+    assert dead["error"].splitlines()[-1] == "ValueError: bad \\ud800 text"
+    dead = await asyncio.to_thread(row, dsn, returned.id, "dead_jobs")
+    assert dead is not None and "lone surrogate" in dead["error"]
+    assert (await asyncio.to_thread(row, dsn, fine.id) or {})["status"] == "succeeded"
+
+
 # -- arguments: NUL, lone surrogates, big floats ------------------------------------------
 
 
