@@ -9,18 +9,22 @@ the file within its time budget); ``HYPOTHESIS_PROFILE=thorough`` runs many more
 from __future__ import annotations
 
 import json
+import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from pgqueue import ArgumentError, ConfigurationError, Queue
 from pgqueue.cli.app import app
 from pgqueue.db.migrate import upgrade
 from pgqueue.serialization import encode_result, loads, storable_text
+from pgqueue.worker import BackgroundWorker, WorkerSettings
 from tests import _strategies as s
 
 
@@ -156,3 +160,70 @@ def test_json_given_to_pgq_enqueue_round_trips_or_is_refused(
     job = json.loads(result.stdout)
     assert s.same_json(job["args"], json.loads(args_text))
     assert s.same_json(job["kwargs"], json.loads(kwargs_text))
+
+
+# -- the worker survives whatever a task returns or raises ---------------------------------
+
+# Values handed to the task in this process (the worker runs in a thread of it), so that
+# any Python value can be returned or raised, not only what JSON arguments can carry.
+_HANDED: dict[str, Any] = {}
+
+
+@pytest.fixture
+def running(dsn: str) -> Iterator[tuple[Queue, BackgroundWorker]]:
+    """A real worker in a thread, running the task ``echo``; stopped at the end."""
+    queue = Queue(dsn=dsn)
+
+    @queue.task(name="echo", max_attempts=1)
+    def echo(how: str, key: str) -> Any:
+        value = _HANDED.pop(key)
+        if how == "raise":
+            raise ValueError(value)
+        return value
+
+    worker = BackgroundWorker(queue, WorkerSettings(concurrency=2, poll_interval=0.2,
+                                                    install_signal_handlers=False))
+    try:
+        with worker:
+            yield queue, worker
+    finally:
+        queue.close()
+
+
+@examples(40)
+@given(st.one_of(st.tuples(st.just("raise"), s.error_texts),
+                 st.tuples(st.just("return"), s.results)))
+@example(("raise", "bad \ud800 text"))
+@example(("raise", "nul \x00 in a message"))
+@example(("return", "\udfff"))
+@example(("return", float("nan")))
+def test_the_worker_survives_whatever_a_task_returns_or_raises(
+    running: tuple[Queue, BackgroundWorker], dsn: str, case: tuple[str, Any]
+) -> None:
+    # A lone surrogate in an exception's text used to fail the completer's batch and
+    # exit the worker (issue 10.2): the first explicit example fails without the fix.
+    how, value = case
+    queue, worker = running
+    key = secrets.token_hex(8)
+    _HANDED[key] = value
+    job = queue.tasks["echo"].enqueue(how, key)
+    deadline = time.monotonic() + 20
+    while (found := queue.get_job(job.id)) is not None and found.status not in (
+            "succeeded", "dead"):
+        assert worker.running, f"the worker died: {worker.error!r}"
+        assert time.monotonic() < deadline, f"job {job.id} is still {found.status}"
+        time.sleep(0.01)
+    assert found is not None and worker.running
+    if how == "raise":
+        assert found.status == "dead"
+        assert found.error is not None and "ValueError" in found.error
+        return
+    try:
+        encoded = encode_result(value)
+    except TypeError:
+        assert found.status == "dead", found  # refused, saying why
+        assert found.error is not None and "cannot be stored as JSON" in found.error
+        return
+    assert found.status == "succeeded"
+    expected = None if encoded is None else json.loads(encoded)
+    assert s.same_json(found.result, expected)
