@@ -15,7 +15,7 @@ from typer.core import TyperArgument, TyperGroup
 
 import pgqueue
 
-from . import dead, demo, enqueue, jobs, migrate, monitoring, roles, worker
+from . import dead, demo, enqueue, jobs, migrate, monitoring, queues, roles, worker
 from .context import CliContext, connected
 from .errors import one_line_error
 from .logs import configure_logging
@@ -93,6 +93,7 @@ worker.register(app)
 enqueue.register(app)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(dead.app, name="dead")
+app.add_typer(queues.app, name="queues")
 monitoring.register(app)
 roles.register(app)
 demo.register(app)

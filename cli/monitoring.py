@@ -9,19 +9,9 @@ import typer
 from pgqueue.stats import QueueStats, WorkerInfo
 
 from .context import CliContext, connected
-from .output import output, print_table, when
+from .output import age, output, print_table, when
 
 STAT_COLUMNS = ("queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead")
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 @connected(json=True)
@@ -37,7 +27,7 @@ def _stats_table(found: list[QueueStats]) -> None:
         ["queue", *STAT_COLUMNS, "oldest queued"],
         (
             [entry.queue, *(getattr(entry, name) for name in STAT_COLUMNS),
-             _age(entry.oldest_queued_age_seconds)]
+             age(entry.oldest_queued_age_seconds)]
             for entry in found
         ),
         empty="No jobs yet.",

@@ -16,6 +16,7 @@ from pgqueue.errors import (
     JobNotFound,
     LeaseLost,
     PgQueueError,
+    QueueFull,
     Retry,
     SchemaOutOfDate,
     Snooze,
@@ -23,6 +24,7 @@ from pgqueue.errors import (
 )
 from pgqueue.job import Job
 from pgqueue.queue import Queue
+from pgqueue.queues import QueueInfo
 from pgqueue.task import Task
 
 __version__ = "0.1.0"
@@ -40,6 +42,8 @@ __all__ = [
     "LeaseLost",
     "PgQueueError",
     "Queue",
+    "QueueFull",
+    "QueueInfo",
     "Retry",
     "SchemaOutOfDate",
     "Snooze",

@@ -75,6 +75,21 @@ class DuplicateJob(PgQueueError):
     __module__ = "pgqueue"
 
 
+class QueueFull(PgQueueError):
+    """An enqueue would take a queue over its ``max_queued`` (``Queue.set_queue``).
+
+    Nothing of the statement was written; on the caller's connection (``conn=``) its
+    transaction is aborted, as by any error (enqueue in a savepoint to go on). Wait for
+    workers to take jobs and enqueue again, or raise the bound.
+    """
+
+    __module__ = "pgqueue"
+
+    def __init__(self, message: str, *, queue: str | None = None) -> None:
+        super().__init__(message)
+        self.queue = queue
+
+
 class LeaseLost(PgQueueError):
     """This worker no longer holds the job: its lease expired and the job moved on."""
 

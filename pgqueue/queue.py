@@ -15,16 +15,23 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import dead_jobs
+from pgqueue import dead_jobs, queues
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
 from pgqueue.db.plans import Plan, run_async, run_sync
 from pgqueue.db.queries import Queries, for_schema
 from pgqueue.dead_jobs import DeadRetryResult
-from pgqueue.errors import ConfigurationError, JobNotFound, SchemaOutOfDate, TaskNotFound
+from pgqueue.errors import (
+    ConfigurationError,
+    JobNotFound,
+    QueueFull,
+    SchemaOutOfDate,
+    TaskNotFound,
+)
 from pgqueue.job import API_STATUSES, Job
 from pgqueue.operations import cancel_job, get_job, list_jobs, purge_queue
 from pgqueue.options import TASK_OPTIONS, JobOptions, queue_name, retry_intervals, task_name
+from pgqueue.queues import QUEUE_FULL, QueueInfo
 from pgqueue.settings import (
     EMBEDDED,
     normalize_dsn,
@@ -198,6 +205,8 @@ class Queue:
                 return run_sync(own, plan)
         except _MISSING_OBJECTS as exc:
             raise self._schema_out_of_date(exc) from None
+        except psycopg.Error as exc:
+            raise _queue_full(exc) or exc from None
 
     async def run_plan_async(self, plan: Plan[T], conn: object | None = None) -> T:
         """Async :meth:`run_plan`."""
@@ -209,6 +218,8 @@ class Queue:
                 return await run_async(own, plan)
         except _MISSING_OBJECTS as exc:
             raise self._schema_out_of_date(exc) from None
+        except psycopg.Error as exc:
+            raise _queue_full(exc) or exc from None
 
     def _schema_out_of_date(self, exc: psycopg.Error) -> SchemaOutOfDate:
         """SchemaOutOfDate for a statement that found a table or column of ours missing.
@@ -324,6 +335,36 @@ class Queue:
         for demos, tests and abandoned queues."""
         return self.run_plan(purge_queue(self.queries, queue_name(queue)))
 
+    # -- queues as objects -----------------------------------------------------------
+
+    def pause_queue(self, queue: str) -> QueueInfo:
+        """Stop every worker from claiming ``queue``'s jobs, from their next claim; running
+        jobs finish, enqueueing keeps working. A queue without jobs may be paused."""
+        return self.run_plan(queues.pause_queue(self.queries, queue_name(queue), paused=True))
+
+    def resume_queue(self, queue: str) -> QueueInfo:
+        """Let workers claim ``queue`` again; idle workers are woken at once."""
+        return self.run_plan(queues.pause_queue(self.queries, queue_name(queue), paused=False))
+
+    def set_queue(
+        self, queue: str, *, max_queued: int | queues.Unset | None = queues.UNSET
+    ) -> QueueInfo:
+        """Change ``queue``'s settings and return its state; a setting not given keeps its
+        value, None clears it.
+
+        ``max_queued``: at most this many queued jobs (ready, scheduled or retrying); an
+        enqueue beyond it raises :class:`QueueFull`.
+        """
+        name = queue_name(queue)
+        if max_queued is queues.UNSET:
+            return self.run_plan(queues.queue_info(self.queries, name))
+        return self.run_plan(queues.set_max_queued(self.queries, name,
+                                                   queues.max_queued(max_queued)))
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue that has jobs or settings, by name: state, settings, counts."""
+        return self.run_plan(queues.list_queues(self.queries))
+
     def stats(self) -> list[QueueStats]:
         """Per queue, by name: queued, scheduled, retrying, running, succeeded, cancelled,
         dead, and the age in seconds of the oldest ready job."""
@@ -366,6 +407,17 @@ class Queue:
         from pgqueue.worker.settings import WorkerSettings
 
         return WorkerSettings(**settings)
+
+
+def _queue_full(exc: psycopg.Error) -> QueueFull | None:
+    """QueueFull for the insert trigger's error over a queue's max_queued, else None."""
+    if exc.sqlstate != QUEUE_FULL:
+        return None
+    message = exc.diag.message_primary or str(exc)
+    detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
+    hint = f"; {exc.diag.message_hint}" if exc.diag.message_hint else ""
+    name = message.split("'")[1] if message.count("'") >= 2 else None
+    return QueueFull(f"{message}{detail}{hint}", queue=name)
 
 
 def _any_arguments(*args: Any, **kwargs: Any) -> None:

@@ -40,12 +40,15 @@ def _normalizer(conn: psycopg.Connection[Any], schema: str) -> Any:
     row = conn.execute("SELECT quote_ident(%s)", (schema,)).fetchone()
     assert row is not None
     qualified = str(row[0]) + "."
+    # Function bodies keep the name as the migration wrote it: always quoted.
+    quoted = sql.Identifier(schema).as_string(conn) + "."
     channel = sql.Literal(notify_channel(schema)).as_string(conn)
 
     def normalize(text: str | None) -> str:
         if text is None:
             return ""
-        return text.replace(qualified, "{schema}.").replace(channel, "'{channel}'")
+        return (text.replace(quoted, "{schema}.").replace(qualified, "{schema}.")
+                .replace(channel, "'{channel}'"))
 
     return normalize
 

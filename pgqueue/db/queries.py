@@ -173,6 +173,37 @@ _LEASE_EXPIRED = ("format('lease expired: worker %%s stopped heartbeating during
                   "worker_id, attempts)")
 
 
+# Per queue, the counts of its jobs by API status and its oldest ready job's wait:
+# CTEs ``live`` and ``dead``, then the select list over them (``live``/``dead`` aliases).
+_QUEUE_COUNTS = """
+    WITH live AS (
+        SELECT queue,
+               count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS queued,
+               count(*) FILTER (WHERE status = 'queued' AND run_at > now()
+                                AND attempts = 0) AS scheduled,
+               count(*) FILTER (WHERE status = 'queued' AND run_at > now()
+                                AND attempts > 0) AS retrying,
+               count(*) FILTER (WHERE status = 'running') AS running,
+               count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+               count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+               min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())
+                   AS oldest_queued_run_at
+          FROM {schema}.jobs GROUP BY queue
+    ),
+    dead AS (SELECT queue, count(*) AS dead FROM {schema}.dead_jobs GROUP BY queue)
+"""
+_COUNT_COLUMNS = """
+    COALESCE(live.queued, 0) AS queued,
+    COALESCE(live.scheduled, 0) AS scheduled,
+    COALESCE(live.retrying, 0) AS retrying,
+    COALESCE(live.running, 0) AS running,
+    COALESCE(live.succeeded, 0) AS succeeded,
+    COALESCE(live.cancelled, 0) AS cancelled,
+    COALESCE(dead.dead, 0) AS dead,
+    extract(epoch FROM now() - live.oldest_queued_run_at)::float8 AS oldest_queued_age_seconds
+"""
+
+
 def _claim(*, in_queues: bool, after: bool) -> str:
     """A claim: up to %(limit)s ready jobs, highest priority first, skipping rows another
     worker is claiming right now.
@@ -187,7 +218,10 @@ def _claim(*, in_queues: bool, after: bool) -> str:
     from the head whenever a resumed one comes back short and whenever it is woken, so a
     job that lands behind the cursor waits at most until then (see producer.py).
     """
-    where = "status = 'queued' AND run_at <= now()"
+    # Paused queues (revision 0006_queues): an array read once per statement from the
+    # small queues table (an InitPlan), compared with each row the walk meets.
+    where = ("status = 'queued' AND run_at <= now()"
+             "\n AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE paused))")
     if in_queues:
         where += " AND queue = ANY(%(queues)s::text[])"
     if after:
@@ -604,34 +638,36 @@ class Queries:
          ORDER BY j.failed_at DESC, j.id DESC
          LIMIT %(limit)s
     """)
-    queue_stats = _Plain("""
-        WITH live AS (
-            SELECT queue,
-                   count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS queued,
-                   count(*) FILTER (WHERE status = 'queued' AND run_at > now()
-                                    AND attempts = 0) AS scheduled,
-                   count(*) FILTER (WHERE status = 'queued' AND run_at > now()
-                                    AND attempts > 0) AS retrying,
-                   count(*) FILTER (WHERE status = 'running') AS running,
-                   count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-                   count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-                   min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())
-                       AS oldest_queued_run_at
-              FROM {schema}.jobs GROUP BY queue
-        ),
-        dead AS (SELECT queue, count(*) AS dead FROM {schema}.dead_jobs GROUP BY queue)
-        SELECT COALESCE(live.queue, dead.queue) AS queue,
-               COALESCE(live.queued, 0) AS queued,
-               COALESCE(live.scheduled, 0) AS scheduled,
-               COALESCE(live.retrying, 0) AS retrying,
-               COALESCE(live.running, 0) AS running,
-               COALESCE(live.succeeded, 0) AS succeeded,
-               COALESCE(live.cancelled, 0) AS cancelled,
-               COALESCE(dead.dead, 0) AS dead,
-               extract(epoch FROM now() - live.oldest_queued_run_at)::float8
-                   AS oldest_queued_age_seconds
+    queue_stats = _Plain(_QUEUE_COUNTS + """
+        SELECT COALESCE(live.queue, dead.queue) AS queue, """ + _COUNT_COLUMNS + """
           FROM live FULL JOIN dead ON live.queue = dead.queue
          ORDER BY 1
+    """)
+    # -- Queues as objects (revision 0006_queues) ---------------------------------------
+    # Every queue that has jobs or a settings row: its settings and counts.
+    select_queues = _Plain(_QUEUE_COUNTS + """,
+        counted AS (
+            SELECT COALESCE(live.queue, dead.queue) AS queue, """ + _COUNT_COLUMNS + """
+              FROM live FULL JOIN dead ON live.queue = dead.queue
+        )
+        SELECT COALESCE(c.queue, s.name) AS name, COALESCE(s.paused, false) AS paused,
+               s.max_queued,
+               COALESCE(c.queued, 0) AS queued, COALESCE(c.scheduled, 0) AS scheduled,
+               COALESCE(c.retrying, 0) AS retrying, COALESCE(c.running, 0) AS running,
+               COALESCE(c.succeeded, 0) AS succeeded, COALESCE(c.cancelled, 0) AS cancelled,
+               COALESCE(c.dead, 0) AS dead, c.oldest_queued_age_seconds
+          FROM counted c FULL JOIN {schema}.queues s ON s.name = c.queue
+         WHERE %(name)s::text IS NULL OR COALESCE(c.queue, s.name) = %(name)s::text
+         ORDER BY 1
+    """)
+    pause_queue = _Plain("""
+        INSERT INTO {schema}.queues AS q (name, paused) VALUES (%(name)s, %(paused)s)
+        ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
+         WHERE q.paused IS DISTINCT FROM EXCLUDED.paused
+    """)
+    set_queue_max_queued = _Plain("""
+        INSERT INTO {schema}.queues AS q (name, max_queued) VALUES (%(name)s, %(max_queued)s)
+        ON CONFLICT (name) DO UPDATE SET max_queued = EXCLUDED.max_queued, updated_at = now()
     """)
     # -- Cancelling ---------------------------------------------------------------------
     cancel_queued_job = _Plain("""

@@ -50,16 +50,20 @@ _READ_WRITE: Final = ("SELECT", "INSERT", "UPDATE", "DELETE")
 # kind's map (tests/e2e/test_roles.py checks this against a migrated database): a
 # migration that adds a table must decide who may touch it.
 TABLE_PRIVILEGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
+    # queues: claims read it; pgq queues pause|resume|set write it. An enqueue into a
+    # bounded queue locks its row, but in the insert trigger, which runs as the owner
+    # (SECURITY DEFINER), so the web role needs nothing on it.
     "worker": {
         "jobs": _READ_WRITE, "dead_jobs": _READ_WRITE, "workers": _READ_WRITE,
-        "alembic_version": _READ,
+        "queues": ("SELECT", "INSERT", "UPDATE"), "alembic_version": _READ,
     },
     "web": {
-        "jobs": ("SELECT", "INSERT"), "dead_jobs": _READ, "workers": (),
+        "jobs": ("SELECT", "INSERT"), "dead_jobs": _READ, "workers": (), "queues": (),
         "alembic_version": _READ,
     },
     "monitor": {
-        "jobs": _READ, "dead_jobs": _READ, "workers": _READ, "alembic_version": _READ,
+        "jobs": _READ, "dead_jobs": _READ, "workers": _READ, "queues": _READ,
+        "alembic_version": _READ,
     },
 }
 

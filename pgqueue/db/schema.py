@@ -40,7 +40,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 
 from pgqueue.settings import validate_schema_name
 
-__all__ = ["build_metadata", "dead_jobs", "jobs", "metadata", "workers"]
+__all__ = ["build_metadata", "dead_jobs", "jobs", "metadata", "queues", "workers"]
 
 _TIMESTAMPTZ = TIMESTAMP(timezone=True)
 
@@ -216,8 +216,32 @@ def _workers(metadata: MetaData, schema: str) -> Table:
     )
 
 
+def _queues(metadata: MetaData, schema: str) -> Table:
+    return Table(
+        "queues",
+        metadata,
+        Column("name", Text, nullable=False),
+        Column("paused", Boolean, nullable=False, server_default=text("false"),
+               comment="No worker claims jobs of a paused queue; enqueueing into it keeps "
+                       "working."),
+        Column("max_queued", Integer,
+               comment="At most this many queued (ready, scheduled or retrying) jobs; an "
+                       "insert beyond it fails with SQLSTATE PQ001 (QueueFull). NULL: "
+                       "unbounded."),
+        Column("updated_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("name", name="queues_pkey"),
+        CheckConstraint("length(name) BETWEEN 1 AND 200", name="queues_name_check"),
+        CheckConstraint("max_queued IS NULL OR max_queued >= 1",
+                        name="queues_max_queued_check"),
+        schema=schema,
+        comment="pgqueue queue settings: one row per configured queue; a queue without a row "
+                "has the defaults (running, unbounded).",
+    )
+
+
 def build_metadata(schema: str = "pgqueue") -> MetaData:
-    """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs`` and ``workers`` in ``schema``.
+    """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers`` and ``queues`` in
+    ``schema``.
 
     Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
     """
@@ -226,6 +250,7 @@ def build_metadata(schema: str = "pgqueue") -> MetaData:
     _jobs(metadata, schema)
     _dead_jobs(metadata, schema)
     _workers(metadata, schema)
+    _queues(metadata, schema)
     return metadata
 
 
@@ -233,3 +258,4 @@ metadata = build_metadata()
 jobs = metadata.tables["pgqueue.jobs"]
 dead_jobs = metadata.tables["pgqueue.dead_jobs"]
 workers = metadata.tables["pgqueue.workers"]
+queues = metadata.tables["pgqueue.queues"]

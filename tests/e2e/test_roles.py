@@ -21,7 +21,7 @@ import pytest
 from psycopg import errors, sql
 from psycopg.conninfo import make_conninfo
 
-from pgqueue import Queue
+from pgqueue import Queue, QueueFull
 from pgqueue.db.roles import TABLE_PRIVILEGES
 from tests._database import DatabaseServer, create_database, drop_database, find_psql
 from tests.e2e._pgq import APP, TIMEOUT, assert_one_line_error, json_of, ok, pgq
@@ -124,6 +124,19 @@ def test_each_role_does_its_job_with_exactly_the_printed_grants(roles: RoleSetup
     assert len({first.id, keyed.id, by_name.id, in_transaction.id, async_job, from_cli["id"],
                 *few.ids, *bulk.ids}) == total
 
+    # Into a bounded queue (the worker role may set it): the web role's enqueue is
+    # counted and refused beyond the bound by the insert trigger, run as the owner.
+    ok("queues", "set", "capped", "--max-queued", "1", "--dsn", roles.dsn("worker"))
+    capped = Queue(dsn=roles.dsn("web"))
+    try:
+        capped_add = capped.task(name="add", queue="capped")(cli_tasks.add.func)
+        capped_add.enqueue(1, 1)
+        with pytest.raises(QueueFull):
+            capped_add.enqueue(2, 2)
+    finally:
+        capped.close()
+    total += 1
+
     # The worker role runs them all, and manages jobs.
     ok("worker", "-A", APP, "--dsn", roles.dsn("worker"), "--burst", "--concurrency", "4")
     assert json_of("jobs", "show", str(from_cli["id"]), "--dsn", roles.dsn("monitor"))[
@@ -140,6 +153,8 @@ def test_each_role_does_its_job_with_exactly_the_printed_grants(roles: RoleSetup
     assert json_of("jobs", "list", "--dsn", roles.dsn("monitor"))
     assert json_of("dead", "list", "--dsn", roles.dsn("monitor")) == []
     assert json_of("workers", "--dsn", roles.dsn("monitor")) == []
+    assert [q["name"] for q in json_of("queues", "list", "--dsn", roles.dsn("monitor"))] == [
+        "capped", "default"]
     with psycopg.connect(roles.dsn("monitor"), autocommit=True) as conn:
         conn.execute(
             "SELECT j.id, w.hostname FROM pgqueue.jobs j "
@@ -168,6 +183,8 @@ def test_no_role_but_the_owner_can_change_the_schema(roles: RoleSetup) -> None:
                       "DELETE FROM pgqueue.workers", "DELETE FROM pgqueue.dead_jobs"):
         _refused(roles.dsn("web"), statement)
     _refused(roles.dsn("web"), "SELECT * FROM pgqueue.workers")
+    _refused(roles.dsn("web"), "UPDATE pgqueue.queues SET paused = true")
+    _refused(roles.dsn("monitor"), "INSERT INTO pgqueue.queues (name) VALUES ('q')")
     _refused(roles.dsn("monitor"), "INSERT INTO pgqueue.jobs (task) VALUES ('t')")
     with psycopg.connect(roles.dsn("owner"), autocommit=True) as conn:
         conn.execute("ALTER TABLE pgqueue.jobs ADD COLUMN allowed int")

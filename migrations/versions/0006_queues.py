@@ -1,0 +1,151 @@
+"""Queues as objects: pgqueue.queues holds a queue's state and settings (issue 13).
+
+Revision ID: 0006_queues
+Revises: 0005_times_in_range
+Create Date: 2026-12-04
+
+Until now a queue was only the text in ``jobs.queue``. A row in ``queues`` gives one
+settings; a queue without a row has the defaults (running, unbounded), so the table
+holds only the queues someone configured and stays a handful of rows.
+
+* ``paused``: the claim statements skip paused queues (``queue <> ALL(...)`` over an
+  array read once per claim statement from this table), so a pause holds from the next
+  claim of every worker, without a message having to reach them. Resuming sends the
+  queue's name on the wake-up channel (a row trigger, so an ``UPDATE`` in SQL does too):
+  idle workers claim at once.
+* ``max_queued``: at most this many jobs of the queue may be ``queued`` (ready,
+  scheduled or waiting to retry). The insert trigger that already names the queues of
+  each insert statement checks it: for a statement that enqueues into a bounded queue
+  it locks that queue's row (so concurrent enqueuers take turns), counts the queue's
+  queued jobs, its own included, and raises SQLSTATE ``PQ001`` when there are more than
+  allowed; the Python API raises ``QueueFull``. Statements that touch no bounded queue
+  pay one lookup in this small table. The lock is a no-op ``UPDATE`` of the row, not
+  ``SELECT ... FOR UPDATE``, so that under ``REPEATABLE READ`` a concurrent enqueuer's
+  commit makes the statement fail with a serialization error instead of being counted
+  from an old snapshot. The trigger function runs as its owner (``SECURITY DEFINER``,
+  with a fixed ``search_path``): an enqueue-only role needs no privilege on ``queues``.
+
+Workers of ``0005`` keep working against this schema (they claim paused queues too).
+"""
+
+from __future__ import annotations
+
+from pgqueue.migrations._ddl import execute_all
+
+revision = "0006_queues"
+down_revision = "0005_times_in_range"
+branch_labels = None
+depends_on = None
+
+# The insert trigger's function as 0003_leaner_enqueue left it, for the downgrade.
+_NOTIFY_ONLY = """
+    CREATE OR REPLACE FUNCTION {schema}.notify_jobs_ready() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        ready_queues text;
+    BEGIN
+        SELECT string_agg(queue, ',') INTO ready_queues
+          FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'queued') AS ready;
+        IF ready_queues IS NOT NULL THEN
+            PERFORM pg_notify(TG_ARGV[0], ready_queues);
+        END IF;
+        RETURN NULL;
+    END;
+    $$
+"""
+
+UPGRADE = [
+    """
+    CREATE TABLE {schema}.queues (
+        name        text        NOT NULL,
+        paused      boolean     NOT NULL DEFAULT false,
+        max_queued  integer,
+        updated_at  timestamptz NOT NULL DEFAULT now(),
+        CONSTRAINT queues_pkey PRIMARY KEY (name),
+        CONSTRAINT queues_name_check CHECK (length(name) BETWEEN 1 AND 200),
+        CONSTRAINT queues_max_queued_check CHECK (max_queued IS NULL OR max_queued >= 1)
+    )
+    """,
+    "COMMENT ON TABLE {schema}.queues IS "
+    "'pgqueue queue settings: one row per configured queue; a queue without a row has the "
+    "defaults (running, unbounded).'",
+    "COMMENT ON COLUMN {schema}.queues.paused IS "
+    "'No worker claims jobs of a paused queue; enqueueing into it keeps working.'",
+    "COMMENT ON COLUMN {schema}.queues.max_queued IS "
+    "'At most this many queued (ready, scheduled or retrying) jobs; an insert beyond it "
+    "fails with SQLSTATE PQ001 (QueueFull). NULL: unbounded.'",
+    # Resuming wakes the workers (pausing needs no message: claims read the table).
+    """
+    CREATE FUNCTION {schema}.notify_queue_resumed() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' OR NOT NEW.paused THEN
+            PERFORM pg_notify(TG_ARGV[0], OLD.name);
+        END IF;
+        RETURN NULL;
+    END;
+    $$
+    """,
+    "CREATE TRIGGER queues_notify_resumed AFTER UPDATE OF paused OR DELETE ON {schema}.queues "
+    "FOR EACH ROW WHEN (OLD.paused) "
+    "EXECUTE FUNCTION {schema}.notify_queue_resumed({channel})",
+    # SECURITY DEFINER: an enqueue-only role (pgq roles) may neither read nor lock queue
+    # settings itself; the function, run as its owner, does both for it.
+    """
+    CREATE OR REPLACE FUNCTION {schema}.notify_jobs_ready() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    DECLARE
+        ready_queues text;
+        bounded record;
+        queued bigint;
+    BEGIN
+        SELECT string_agg(queue, ',') INTO ready_queues
+          FROM (SELECT DISTINCT queue FROM new_jobs WHERE status = 'queued') AS ready;
+        IF ready_queues IS NULL THEN
+            RETURN NULL;
+        END IF;
+        -- Bounded queues: in name order, so that two statements never wait for each
+        -- other's locks in opposite orders.
+        IF EXISTS (SELECT FROM {schema}.queues WHERE max_queued IS NOT NULL) THEN
+            FOR bounded IN
+                SELECT q.name, q.max_queued
+                  FROM {schema}.queues q
+                 WHERE q.max_queued IS NOT NULL
+                   AND q.name IN (SELECT queue FROM new_jobs WHERE status = 'queued')
+                 ORDER BY q.name
+            LOOP
+                UPDATE {schema}.queues SET max_queued = max_queued WHERE name = bounded.name;
+                SELECT count(*) INTO queued FROM {schema}.jobs
+                 WHERE queue = bounded.name AND status = 'queued';
+                IF queued > bounded.max_queued THEN
+                    RAISE EXCEPTION USING
+                        ERRCODE = 'PQ001',
+                        MESSAGE = 'queue ' || quote_literal(bounded.name) || ' is full: '
+                                  || bounded.max_queued || ' queued jobs at most (max_queued)',
+                        DETAIL = 'this statement would make it ' || queued,
+                        HINT = 'wait for workers to take jobs and enqueue again, or raise '
+                               || 'the bound: pgq queues set ' || bounded.name
+                               || ' --max-queued N';
+                END IF;
+            END LOOP;
+        END IF;
+        PERFORM pg_notify(TG_ARGV[0], ready_queues);
+        RETURN NULL;
+    END;
+    $$
+    """,
+]
+DOWNGRADE = [
+    _NOTIFY_ONLY,
+    "DROP TRIGGER IF EXISTS queues_notify_resumed ON {schema}.queues",
+    "DROP FUNCTION IF EXISTS {schema}.notify_queue_resumed()",
+    "DROP TABLE IF EXISTS {schema}.queues",
+]
+
+
+def upgrade() -> None:
+    execute_all(UPGRADE)
+
+
+def downgrade() -> None:
+    execute_all(DOWNGRADE)

@@ -1,0 +1,102 @@
+"""Queues as objects: their state and settings (table ``queues``, revision 0006_queues).
+
+A queue exists as soon as a job names it; a row in ``queues`` is only needed to change
+its defaults (running, unbounded). ``Queue.pause_queue``, ``resume_queue``,
+``set_queue`` and ``queues`` run the plans below, and ``pgq queues`` calls those, so the
+API, the CLI and SQL agree. Workers read ``paused`` in every claim statement and the
+insert trigger reads ``max_queued`` (see the revision's docstring for how).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final
+
+from pgqueue.bounds import MAX_INTEGER
+from pgqueue.db.plans import Plan, Statement
+from pgqueue.db.queries import Queries
+from pgqueue.errors import ConfigurationError, a_type
+
+__all__ = ["QUEUE_FULL", "UNSET", "QueueInfo", "Unset", "list_queues", "max_queued",
+           "pause_queue", "queue_info", "set_max_queued"]
+
+
+class Unset(Enum):
+    """The type of :data:`UNSET`: a setting not given (None means "clear it")."""
+
+    UNSET = "unset"
+
+
+UNSET: Final = Unset.UNSET
+
+# The SQLSTATE the insert trigger raises for an enqueue beyond a queue's max_queued.
+QUEUE_FULL = "PQ001"
+
+# The counts of QueueInfo.counts, in the order tables show them.
+COUNTS = ("queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead")
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """One queue: its state, its settings, and its jobs by API status."""
+
+    name: str
+    paused: bool
+    max_queued: int | None  # None: unbounded
+    counts: dict[str, int]  # every key of COUNTS
+    oldest_queued_age_seconds: float | None  # None: no job of this queue is ready
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The queue's settings, as ``Queue.set_queue`` takes them."""
+        return {"max_queued": self.max_queued}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: an object of ``pgq queues list --json``."""
+        return {"name": self.name, "paused": self.paused, "settings": self.settings,
+                "counts": dict(self.counts),
+                "oldest_queued_age_seconds": self.oldest_queued_age_seconds}
+
+
+def list_queues(queries: Queries, name: str | None = None) -> Plan[list[QueueInfo]]:
+    """Every queue with jobs or settings (or only ``name``), ordered by name."""
+    rows = yield Statement(queries.select_queues, {"name": name}, fetch="all")
+    return [
+        QueueInfo(name=row["name"], paused=row["paused"], max_queued=row["max_queued"],
+                  counts={key: int(row[key]) for key in COUNTS},
+                  oldest_queued_age_seconds=row["oldest_queued_age_seconds"])
+        for row in rows
+    ]
+
+
+def pause_queue(queries: Queries, name: str, *, paused: bool) -> Plan[QueueInfo]:
+    """Pause or resume ``name``; its state afterwards."""
+    yield Statement(queries.pause_queue, {"name": name, "paused": paused}, fetch="rowcount")
+    return (yield from queue_info(queries, name))
+
+
+def set_max_queued(queries: Queries, name: str, value: int | None) -> Plan[QueueInfo]:
+    """Bound (or, with None, unbound) ``name``; its state afterwards."""
+    yield Statement(queries.set_queue_max_queued, {"name": name, "max_queued": value},
+                    fetch="rowcount")
+    return (yield from queue_info(queries, name))
+
+
+def queue_info(queries: Queries, name: str) -> Plan[QueueInfo]:
+    """``name``'s state; a queue without jobs or settings has the defaults."""
+    found = yield from list_queues(queries, name)
+    if found:
+        return found[0]
+    return QueueInfo(name, False, None, dict.fromkeys(COUNTS, 0), None)
+
+
+def max_queued(value: Any) -> int | None:
+    """A valid ``max_queued``: a whole number of jobs from 1, or None (unbounded)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INTEGER:
+        raise ConfigurationError(
+            f"invalid max_queued {value!r} ({a_type(value)}): a whole number of jobs from 1 "
+            f"to {MAX_INTEGER}, or None for no bound")
+    return value
