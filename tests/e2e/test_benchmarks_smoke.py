@@ -30,6 +30,11 @@ CASES = {
          "--workers", "2"],
         {"direct", "pooled_listen", "pooled_poll", "duplicates", "missing", "complete"},
     ),
+    "queue_settings": (
+        ["--ready", "200", "--paused-ahead", "50", "--claims", "5", "--queued", "20",
+         "--enqueues", "5"],
+        {"claim", "enqueue", "machine"},
+    ),
     "bulk_enqueue": (
         ["--jobs", "2000", "--reps", "1"],
         {"annotated_per_s", "annotated_insert_per_s", "plain_per_s", "raw_minimal_per_s",
