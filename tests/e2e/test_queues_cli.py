@@ -1,0 +1,121 @@
+"""Queues as objects with real processes (issue 13): ``pgq queues pause|resume`` take effect
+within a second across three ``pgq worker`` processes, and the ``pgq queues`` commands
+print what they changed and refuse bad input in one line.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+
+from tests._polling import wait_until
+from tests.e2e._chaos import Processes, chaos_app, scalar
+from tests.e2e._pgq import json_of, ok, pgq
+
+WORKERS = 3
+# One enqueue per GAP seconds into the queue under test, from a thread, throughout.
+GAP = 0.02
+BOUND = timedelta(seconds=1)
+
+
+def _stream(dsn: str, stop: threading.Event, failures: list[BaseException]) -> None:
+    try:
+        with chaos_app(dsn) as app:
+            task = app.noop.using(queue="stream")
+            n = 0
+            while not stop.wait(GAP):
+                task.enqueue(n)
+                n += 1
+    except BaseException as exc:  # reported by the test
+        failures.append(exc)
+
+
+def _changed_at(dsn: str) -> datetime:
+    """When the last pause or resume of 'stream' committed (its transaction's now())."""
+    changed = scalar(dsn, "SELECT updated_at FROM pgqueue.queues WHERE name = 'stream'")
+    assert isinstance(changed, datetime)
+    return changed
+
+
+def test_pause_and_resume_take_effect_within_a_second_across_three_workers(
+    chaos_dsn: str, processes: Processes
+) -> None:
+    # A poll interval no test waits for: after resume, only the NOTIFY can wake them.
+    workers = [processes.start_worker(chaos_dsn, poll_interval=600) for _ in range(WORKERS)]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    stream = threading.Thread(target=_stream, args=(chaos_dsn, stop, failures))
+    stream.start()
+    try:
+        wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
+                                             "status = 'succeeded'") >= 30,
+                   timeout=30, message="the stream to run")
+        ok("queues", "pause", "stream", "--dsn", chaos_dsn)
+        paused_at = _changed_at(chaos_dsn)
+        # Enqueueing goes on: 40 jobs more than a second after the pause committed.
+        wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
+                                             "created_at > %s", (paused_at + BOUND,)) >= 40,
+                   timeout=30, message="enqueues during the pause")
+        # Nothing started more than a second after the pause committed (a claim that was
+        # already running then may still take jobs: its start is before the pause).
+        late = scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE started_at > %s",
+                      (paused_at + BOUND,))
+        assert late == 0
+        held = scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE status = 'queued'")
+        assert held >= 40
+        resumed = json_of("queues", "resume", "stream", "--dsn", chaos_dsn)
+        assert resumed["paused"] is False and resumed["name"] == "stream"
+        resumed_at = _changed_at(chaos_dsn)
+        wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
+                                             "created_at < %s AND status <> 'succeeded'",
+                                  (resumed_at,)) == 0,
+                   timeout=30, message="the jobs held by the pause to run")
+        first_start = scalar(chaos_dsn, "SELECT min(started_at) FROM pgqueue.jobs WHERE "
+                                        "started_at > %s", (resumed_at,))
+        assert first_start is not None and first_start - resumed_at <= BOUND
+    finally:
+        stop.set()
+        stream.join(30)
+    assert failures == []
+    # Every worker took part, none died.
+    assert all(worker.alive() for worker in workers), processes.logs()
+    pids = scalar(chaos_dsn, "SELECT count(DISTINCT worker_id) FROM pgqueue.jobs")
+    assert pids == WORKERS
+
+
+def test_queue_commands_print_the_state_they_leave(dsn: str) -> None:
+    assert "No queues yet" in ok("queues", "list", "--dsn", dsn).stdout
+    paused = ok("queues", "pause", "email", "--dsn", dsn).stdout
+    assert paused.startswith("Paused queue 'email': no worker claims its jobs until "
+                             "pgq queues resume email")
+    bounded = json_of("queues", "set", "email", "--max-queued", "500", "--dsn", dsn)
+    assert bounded["settings"] == {"max_queued": 500} and bounded["paused"] is True
+    listed = json_of("queues", "list", "--dsn", dsn)
+    assert [(q["name"], q["paused"], q["settings"]) for q in listed] == [
+        ("email", True, {"max_queued": 500})]
+    assert set(listed[0]["counts"]) == {"queued", "scheduled", "retrying", "running",
+                                        "succeeded", "cancelled", "dead"}
+    table = ok("queues", "list", "--dsn", dsn).stdout
+    assert "email" in table and "paused" in table and "500" in table
+    assert "max queued none (unbounded)" in ok(
+        "queues", "set", "email", "--max-queued", "none", "--dsn", dsn).stdout
+    assert "Resumed queue 'email'" in ok("queues", "resume", "email", "--dsn", dsn).stdout
+
+
+def test_bad_queue_commands_say_what_is_wrong(dsn: str) -> None:
+    for args, fragment in [
+        (["set", "email", "--max-queued", "0"], "'0' is not a bound"),
+        (["set", "email", "--max-queued", "-3"], "'-3' is not a bound"),
+        (["set", "email", "--max-queued", "lots"], "'lots' is not a bound"),
+        (["set", "email"], "give a setting to change"),
+        (["set", "email", "--slots", "2"], "No such option: --slots"),
+    ]:
+        result = pgq("queues", *args, "--dsn", dsn)
+        assert result.returncode == 2, (args, result.stderr)
+        errors = [line for line in result.stderr.splitlines() if "Error" in line]
+        assert len(errors) == 1 and fragment in errors[0], (args, result.stderr)
+    result = pgq("queues", "pause", "a,b", "--dsn", dsn)
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("error: invalid queue 'a,b': must not contain ',' (a "
+                                     "queue name is 1 to 200 printable characters without "
+                                     "commas)")
