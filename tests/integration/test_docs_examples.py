@@ -1,4 +1,5 @@
-"""The SQL and Python examples of docs/quickstart.md and docs/reference/schema.md run.
+"""The SQL and Python examples of docs/quickstart.md, docs/reference/schema.md and
+docs/guides/queues.md run.
 
 A reader copies them; they must work as printed. Every ```sql and ```python block is
 executed, in order, against a migrated database (the quickstart's DSN
@@ -45,7 +46,8 @@ def blocks(page: Path, *languages: str) -> list[str]:
 
 
 def test_every_skipped_block_says_why() -> None:
-    for page in (DOCS / "quickstart.md", DOCS / "reference" / "schema.md"):
+    for page in (DOCS / "quickstart.md", DOCS / "reference" / "schema.md",
+                 DOCS / "guides" / "queues.md"):
         for marker in re.findall(r"<!-- not executed:([^>]*)-->", page.read_text()):
             assert len(marker.strip()) > 10, (page, marker)
 
@@ -98,9 +100,8 @@ def _localised(code: str, dsn: str) -> str:
 
 
 def _run_python(code: str, dsn: str) -> dict[str, Any]:
-    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    namespace = _run_python_in(code, dsn, {})
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(_localised(code, dsn), "<docs example>", "exec"), namespace)
         if "sign_up" in namespace:  # the async example defines its coroutine only
             asyncio.run(namespace["sign_up"]("grace@example.com"))
             asyncio.run(namespace["async_engine"].dispose())
@@ -173,3 +174,29 @@ def _wait_until_nothing_is_ready(dsn: str) -> None:
         return found == (0,)
 
     wait_until(drained, timeout=60, message="the worker to run every ready job")
+
+
+def test_queues_guide_examples_run(dsn: str) -> None:
+    page = DOCS / "guides" / "queues.md"
+    namespace: dict[str, Any] = {}
+    try:
+        for code in blocks(page, "python"):
+            namespace = _run_python_in(code, dsn, namespace)
+        for code in blocks(page, "sql"):
+            _run_sql(code, dsn)
+        queues = {info.name: info for info in namespace["q"].queues()}
+    finally:
+        if "q" in namespace:
+            namespace["q"].close()
+    assert queues["email"].max_queued == 10_000 and not queues["email"].paused
+    assert queues["email"].counts["queued"] == 3  # users 1, 3 and 4
+    assert queues["email-bulk"].counts["queued"] == 1
+    assert queues["reports"].paused
+
+
+def _run_python_in(code: str, dsn: str, namespace: dict[str, Any]) -> dict[str, Any]:
+    """Run one block of a page whose blocks build on each other (one namespace)."""
+    namespace.setdefault("__name__", "docs_example")
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(_localised(code, dsn), "<docs example>", "exec"), namespace)
+    return namespace
