@@ -135,7 +135,88 @@ UPGRADE = [
     $$
     """,
 ]
+# Enqueue from SQL: any language, a trigger, psql. The same row as Queue.enqueue()
+# writes, the same idempotency rule (the live or succeeded job holding the key is
+# returned), and, through the insert trigger, the same wake-up and max_queued bound.
+# Arguments are not checked against the task's signature here (the database does not
+# know it): a job whose arguments do not fit fails in the worker, saying which parameter.
+UPGRADE.append("""
+    CREATE FUNCTION {schema}.enqueue(
+        task text,
+        args jsonb DEFAULT '[]',
+        kwargs jsonb DEFAULT '{{}}',
+        queue text DEFAULT 'default',
+        priority integer DEFAULT 0,
+        run_at timestamptz DEFAULT NULL,
+        idempotency_key text DEFAULT NULL,
+        max_attempts integer DEFAULT 3,
+        meta jsonb DEFAULT '{{}}',
+        timeout double precision DEFAULT NULL,
+        result_ttl integer DEFAULT 86400
+    ) RETURNS bigint
+    LANGUAGE plpgsql AS $$
+    #variable_conflict use_column
+    DECLARE
+        new_id bigint;
+    BEGIN
+        IF enqueue.task IS NULL OR length(enqueue.task) NOT BETWEEN 1 AND 255
+           OR enqueue.task ~ '[[:cntrl:]]' THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'invalid task ' || coalesce(to_jsonb(enqueue.task)::text, 'NULL')
+                          || ': a task name is 1 to 255 printable characters';
+        END IF;
+        IF enqueue.queue IS NULL OR length(enqueue.queue) NOT BETWEEN 1 AND 200
+           OR enqueue.queue ~ '[[:cntrl:],]' THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'invalid queue ' || coalesce(to_jsonb(enqueue.queue)::text, 'NULL')
+                          || ': a queue name is 1 to 200 printable characters without commas';
+        END IF;
+        IF enqueue.priority IS NULL OR enqueue.priority NOT BETWEEN -32768 AND 32767 THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'invalid priority ' || coalesce(enqueue.priority::text, 'NULL')
+                          || ': use an integer from -32768 to 32767';
+        END IF;
+        IF jsonb_typeof(enqueue.args) IS DISTINCT FROM 'array'
+           OR jsonb_typeof(enqueue.kwargs) IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = 'invalid arguments: args must be a JSON array and kwargs a JSON '
+                          || 'object, e.g. ''[1, 2]''::jsonb and ''{{"user_id": 1}}''::jsonb';
+        END IF;
+        LOOP
+            INSERT INTO {schema}.jobs AS j
+                (queue, task, args, kwargs, priority, run_at, max_attempts, idempotency_key,
+                 meta, timeout, result_ttl)
+            VALUES (enqueue.queue, enqueue.task, enqueue.args, enqueue.kwargs,
+                    enqueue.priority, coalesce(enqueue.run_at, now()), enqueue.max_attempts,
+                    enqueue.idempotency_key, coalesce(enqueue.meta, '{{}}'), enqueue.timeout,
+                    enqueue.result_ttl)
+            ON CONFLICT (idempotency_key)
+               WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
+            DO NOTHING
+            RETURNING j.id INTO new_id;
+            IF new_id IS NOT NULL THEN
+                RETURN new_id;
+            END IF;
+            SELECT j.id INTO new_id FROM {schema}.jobs j
+             WHERE j.idempotency_key = enqueue.idempotency_key AND j.status <> 'cancelled';
+            IF new_id IS NOT NULL THEN
+                RETURN new_id;
+            END IF;
+            -- The key's holder was cancelled or finished between the two: insert again.
+        END LOOP;
+    END;
+    $$
+""")
+UPGRADE.append(
+    "COMMENT ON FUNCTION {schema}.enqueue(text, jsonb, jsonb, text, integer, timestamptz, "
+    "text, integer, jsonb, double precision, integer) IS "
+    "'Enqueue a job from SQL; returns its id (or the id of the live job holding "
+    "idempotency_key). See docs/guides/queues.md.'"
+)
+
 DOWNGRADE = [
+    "DROP FUNCTION IF EXISTS {schema}.enqueue(text, jsonb, jsonb, text, integer, timestamptz, "
+    "text, integer, jsonb, double precision, integer)",
     _NOTIFY_ONLY,
     "DROP TRIGGER IF EXISTS queues_notify_resumed ON {schema}.queues",
     "DROP FUNCTION IF EXISTS {schema}.notify_queue_resumed()",

@@ -5,12 +5,16 @@ print what they changed and refuse bad input in one line.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 from datetime import datetime, timedelta
+from pathlib import Path
 
+from tests._database import find_psql
 from tests._polling import wait_until
 from tests.e2e._chaos import Processes, chaos_app, scalar
-from tests.e2e._pgq import json_of, ok, pgq
+from tests.e2e._pgq import APP, clean_environment, json_of, ok, pgq
 
 WORKERS = 3
 # One enqueue per GAP seconds into the queue under test, from a thread, throughout.
@@ -119,3 +123,25 @@ def test_bad_queue_commands_say_what_is_wrong(dsn: str) -> None:
     assert result.stderr.strip() == ("error: invalid queue 'a,b': must not contain ',' (a "
                                      "queue name is 1 to 200 printable characters without "
                                      "commas)")
+
+
+def test_a_job_enqueued_by_psql_from_a_shell_runs_in_a_real_worker(dsn: str) -> None:
+    """Any language that can run SQL can enqueue: here plain psql in a shell script."""
+    script = (
+        'set -eu\n'
+        'psql "$DSN" -v ON_ERROR_STOP=1 -Atc "SELECT pgqueue.enqueue(\'add\', \'[20, 22]\')"\n'
+        'psql "$DSN" -v ON_ERROR_STOP=1 -Atc "SELECT pgqueue.enqueue(\'add\', \'[1]\', '
+        '\'{\\"b\\": 2}\', idempotency_key => \'once\')"\n'
+        'psql "$DSN" -v ON_ERROR_STOP=1 -Atc "SELECT pgqueue.enqueue(\'add\', \'[5]\', '
+        '\'{\\"b\\": 5}\', idempotency_key => \'once\')"\n'
+    )
+    env = clean_environment() | {"DSN": dsn, "PATH": f"{Path(find_psql()).parent}:"
+                                                     f"{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    first, keyed, again = (int(line) for line in done.stdout.split())
+    assert keyed == again != first  # the key deduped the third call
+    ok("worker", "-A", APP, "--dsn", dsn, "--burst")
+    assert json_of("jobs", "show", str(first), "--dsn", dsn)["result"] == 42
+    assert json_of("jobs", "show", str(keyed), "--dsn", dsn)["result"] == 3

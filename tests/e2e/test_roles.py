@@ -124,6 +124,13 @@ def test_each_role_does_its_job_with_exactly_the_printed_grants(roles: RoleSetup
     assert len({first.id, keyed.id, by_name.id, in_transaction.id, async_job, from_cli["id"],
                 *few.ids, *bulk.ids}) == total
 
+    # From SQL: the web role may call pgqueue.enqueue() (it runs with the caller's
+    # rights: the web role's INSERT), the monitoring role may not.
+    with psycopg.connect(roles.dsn("web"), autocommit=True) as conn:
+        conn.execute("SELECT pgqueue.enqueue('add', '[2, 3]')")
+    total += 1
+    _refused(roles.dsn("monitor"), "SELECT pgqueue.enqueue('add', '[2, 3]')")
+
     # Into a bounded queue (the worker role may set it): the web role's enqueue is
     # counted and refused beyond the bound by the insert trigger, run as the owner.
     ok("queues", "set", "capped", "--max-queued", "1", "--dsn", roles.dsn("worker"))

@@ -189,7 +189,8 @@ def test_queues_guide_examples_run(dsn: str) -> None:
         if "q" in namespace:
             namespace["q"].close()
     assert queues["email"].max_queued == 10_000 and not queues["email"].paused
-    assert queues["email"].counts["queued"] == 3  # users 1, 3 and 4
+    assert queues["email"].counts["queued"] == 4  # users 1, 3 and 4, and 5 from SQL
+    assert queues["email"].counts["scheduled"] == 1  # 6, from SQL, due in 10 minutes
     assert queues["email-bulk"].counts["queued"] == 1
     assert queues["reports"].paused
 

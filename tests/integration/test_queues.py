@@ -211,3 +211,72 @@ def test_an_unbounded_queue_is_not_slowed_by_a_bounded_one(q: Queue, dsn: str) -
     q.set_queue("tiny", max_queued=1)
     noop.using(queue="tiny").enqueue(0)
     assert len(noop.enqueue_many([(n,) for n in range(5000)])) == 5000
+
+
+# -- enqueue from SQL ----------------------------------------------------------------------
+
+
+async def test_the_sql_function_enqueues_dedupes_respects_bounds_and_wakes_a_worker(
+    aq: Queue, dsn: str
+) -> None:
+    ran: list[tuple[int, int]] = []
+
+    @aq.task(name="add")
+    async def add(a: int, b: int = 0) -> int:
+        ran.append((a, b))
+        return a + b
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+
+        async def call(statement: str, *params: Any) -> Any:
+            found = await (await conn.execute(statement, params)).fetchone()
+            assert found is not None
+            return found[0]
+
+        async with background_worker(aq, poll_interval=600) as worker:
+            await until_sleeping(worker)
+            # Positional arguments, keyword arguments: a real worker runs it, woken by the
+            # insert trigger's NOTIFY (the poll interval is far away).
+            job_id = await call("SELECT pgqueue.enqueue('add', '[20]', '{\"b\": 22}')")
+            await async_wait_until(lambda: (row(dsn, job_id) or {}).get("status") ==
+                                   "succeeded", timeout=5, message="the SQL-enqueued job")
+            assert (row(dsn, job_id) or {})["result"] == 42
+        # An idempotency key returns the holder's id.
+        first = await call("SELECT pgqueue.enqueue('add', '[1]', idempotency_key => 'k')")
+        again = await call("SELECT pgqueue.enqueue('add', '[2]', idempotency_key => 'k')")
+        assert first == again
+        # Every option lands in the row as enqueue() would write it.
+        later = await call(
+            "SELECT pgqueue.enqueue('add', '[1, 2]', queue => 'sql', priority => 7, "
+            "run_at => now() + interval '1 hour', max_attempts => 5, "
+            "meta => '{\"from\": \"sql\"}', timeout => 2.5, result_ttl => 60)")
+        job = await aq.get_job_async(later)
+        assert job is not None
+        assert (job.queue, job.priority, job.max_attempts, job.meta, job.timeout,
+                job.result_ttl, job.status) == ("sql", 7, 5, {"from": "sql"}, 2.5, 60,
+                                                "scheduled")
+        # The queue's bound holds for it too.
+        await asyncio.to_thread(aq.set_queue, "capped", max_queued=1)
+        await call("SELECT pgqueue.enqueue('add', '[1]', queue => 'capped')")
+        with pytest.raises(psycopg.Error) as full:
+            await call("SELECT pgqueue.enqueue('add', '[1]', queue => 'capped')")
+        assert full.value.sqlstate == "PQ001"
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("SELECT pgqueue.enqueue('')", 'invalid task "": a task name is 1 to 255 printable'),
+    ("SELECT pgqueue.enqueue(NULL)", "invalid task NULL"),
+    ("SELECT pgqueue.enqueue(E'a\\nb')", 'invalid task "a\\nb"'),
+    ("SELECT pgqueue.enqueue('t', queue => 'a,b')", 'invalid queue "a,b"'),
+    ("SELECT pgqueue.enqueue('t', priority => 40000)", "invalid priority 40000"),
+    ("SELECT pgqueue.enqueue('t', args => '{}')", "args must be a JSON array"),
+    ("SELECT pgqueue.enqueue('t', kwargs => '[]')", "kwargs a JSON object"),
+    ("SELECT pgqueue.enqueue('t', run_at => 'infinity')", "jobs_times_in_range"),
+    ("SELECT pgqueue.enqueue('t', max_attempts => 0)", "jobs_max_attempts_check"),
+])
+def test_the_sql_function_refuses_bad_input_naming_the_field(
+    dsn: str, call: str, message: str
+) -> None:
+    with psycopg.connect(dsn) as conn, pytest.raises(psycopg.Error) as raised:
+        conn.execute(call)
+    assert message in str(raised.value).splitlines()[0]
