@@ -56,7 +56,8 @@ def worker(
     concurrency: Annotated[
         int | None,
         typer.Option("--concurrency", "-c", metavar="N", show_default=False, min=1, max=10_000,
-                     help=f"Jobs run at once (default {_DEFAULTS.concurrency})."),
+                     help=f"Jobs run at once (default {_DEFAULTS.concurrency}, or the sum of "
+                          "the --queues slots)."),
     ] = None,
     prefetch: Annotated[
         int | None,
@@ -69,7 +70,11 @@ def worker(
     queues: Annotated[
         str | None,
         typer.Option("--queues", "-Q", metavar="A,B",
-                     help="Comma-separated queues (default: every queue).",
+                     help="Comma-separated queues, claimed in this order: the first until "
+                          "it has nothing ready, then the next; within a queue, higher "
+                          "priority first (default: every queue, by priority). name:N runs "
+                          "at most N of that queue's jobs at once; --concurrency stays the "
+                          "total and defaults to the sum of the N's.",
                      show_default=False),
     ] = None,
     shutdown_timeout: Annotated[

@@ -81,6 +81,11 @@ class Completer(Service):
         return (sum(1 for o in self._pending.values() if o.final)
                 + sum(1 for o in self._batch if o.final))
 
+    def unrecorded_in(self, queue: str) -> int:
+        """:attr:`unrecorded` for one queue (per-queue slots)."""
+        return (sum(1 for o in self._pending.values() if o.final and o.queue == queue)
+                + sum(1 for o in self._batch if o.final and o.queue == queue))
+
     @property
     def idle(self) -> bool:
         """True when no outcome waits to be written."""

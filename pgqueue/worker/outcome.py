@@ -37,13 +37,14 @@ class Outcome:
     delay: float = 0.0
     progress: str | None = None  # JSON text for meta.progress
     task: str = field(default="", compare=False)
+    queue: str = field(default="", compare=False)  # for per-queue slots (Worker._held)
 
     @classmethod
     def of(cls, job: ClaimedJob, kind: OutcomeKind, result: str | None = None, *,
            error: str | None = None, delay: float = 0.0, progress: str | None = None) -> Outcome:
         """The outcome ``kind`` of this claim of ``job``."""
         return cls(job.id, job.attempt, job.token, kind, result, error, delay, progress,
-                   job.task)
+                   job.task, job.queue)
 
     @property
     def key(self) -> tuple[int, int]:

@@ -65,21 +65,20 @@ class Producer(Service):
         burst: bool = False,
         is_idle: Callable[[], bool] = lambda: True,
         starved: Callable[[], None] = lambda: None,
+        queue_room: Callable[[str], int] | None = None,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff())
         self._link = connect
         self._queries = queries
         self._queues = queues
-        # Each variant is its own statement, with its own plan (see queries._claim).
-        if queues:
-            self._claim_from_head = queries.claim_jobs_in_queues
-            self._claim_after = queries.claim_jobs_in_queues_after
-        else:
-            self._claim_from_head = queries.claim_jobs_any_queue
-            self._claim_after = queries.claim_jobs_any_queue_after
-        # The last job claimed, in claim order, while no wake-up happened since; the next
-        # claim resumes behind it. None: claim from the head of the claim index.
-        self._resume_after: ClaimKey | None = None
+        # Several queues, or per-queue slots: one claim per queue, in the order given
+        # (``_claim_in_order``); ``queue_room(q)`` is how many more of q's jobs may be held.
+        self._in_order = len(queues) > 1 or queue_room is not None
+        self._queue_room = queue_room
+        # Per claim scope (every queue, or one queue): the last job claimed, in claim
+        # order, while no wake-up happened since; the next claim resumes behind it. No
+        # entry: claim from the head of the claim index.
+        self._resume_after: dict[tuple[str, ...], ClaimKey] = {}
         self._wakes = 0
         self._claim_params: dict[str, Any] = {
             "worker_id": worker_id, "lease": lease, "queues": queues,
@@ -101,7 +100,7 @@ class Producer(Service):
     def wake(self) -> None:
         """Something may be ready (NOTIFY, timer, reconnect): claim soon, from the head."""
         self._wakes += 1
-        self._resume_after = None  # what woke us may sit behind the cursor
+        self._resume_after.clear()  # what woke us may sit behind a cursor
         self.sleeping.clear()
         self._wake.set()
 
@@ -121,20 +120,32 @@ class Producer(Service):
             await asyncio.wait({self._task}, timeout=timings.PRODUCER_STOP_WAIT)
         await super().stop()
 
-    async def claim(self, limit: int) -> list[ClaimedJob]:
-        """Claim up to ``limit`` ready jobs: behind the cursor while that lasts, else (or
-        for what it left short) from the head of the claim index."""
+    def cursor(self, queues: tuple[str, ...] | None = None) -> ClaimKey | None:
+        """Where the next claim of ``queues`` (default: the worker's) resumes; None: from
+        the head of the claim index."""
+        return self._resume_after.get(tuple(self._queues) if queues is None else queues)
+
+    async def claim(self, limit: int, queues: tuple[str, ...] | None = None) -> list[ClaimedJob]:
+        """Claim up to ``limit`` ready jobs of ``queues`` (default: the worker's): behind
+        the cursor while that lasts, else (or for what it left short) from the head of
+        the claim index."""
+        scope = tuple(self._queues) if queues is None else queues
+        # Each variant is its own statement, with its own plan (see queries._claim).
+        q = self._queries
+        head, after = ((q.claim_jobs_in_queues, q.claim_jobs_in_queues_after) if scope
+                       else (q.claim_jobs_any_queue, q.claim_jobs_any_queue_after))
         wakes = self._wakes
         complete = True  # False if the top-up claim failed
         jobs: list[ClaimedJob] = []
-        if self._resume_after is not None:
-            priority, run_at, job_id = self._resume_after
-            jobs = await self._claim(self._claim_after, limit, {
+        cursor = self._resume_after.pop(scope, None)
+        if cursor is not None:
+            priority, run_at, job_id = cursor
+            jobs = await self._claim(after, scope, limit, {
                 "after_priority": priority, "after_run_at": run_at, "after_id": job_id,
             })
         if len(jobs) < limit:
             try:
-                jobs += await self._claim(self._claim_from_head, limit - len(jobs), {})
+                jobs += await self._claim(head, scope, limit - len(jobs), {})
             except Exception:
                 if not jobs:
                     raise
@@ -145,21 +156,42 @@ class Producer(Service):
         # Keep a cursor only if nothing woke us while claiming: what did might have landed
         # behind the jobs just claimed, where this claim's snapshot could not see it.
         if jobs and complete and wakes == self._wakes:
-            self._resume_after = _last_in_claim_order(jobs)
-        else:
-            self._resume_after = None
+            self._resume_after[scope] = _last_in_claim_order(jobs)
         return jobs
 
+    async def _claim_in_order(self, room: int) -> tuple[list[ClaimedJob], bool, bool]:
+        """Claim queue by queue, in the order given, for up to ``room`` jobs: each queue
+        as far as its own slots allow, the next one only with what is left.
+
+        Returns the jobs, whether a queue may have more ready (a claim came back full, or
+        room ran out), and whether a queue was skipped for want of its own slots.
+        """
+        jobs: list[ClaimedJob] = []
+        more = capped = False
+        for queue in self._queues:
+            if room == 0:
+                more = True
+                break
+            want = room if self._queue_room is None else min(room, self._queue_room(queue))
+            if want <= 0:
+                capped = True
+                continue
+            got = await self.claim(want, (queue,))
+            jobs += got
+            room -= len(got)
+            more = more or len(got) == want
+        return jobs, more, capped
+
     async def _claim(
-        self, query: Query[ClaimedJob], limit: int, extra: dict[str, Any]
+        self, query: Query[ClaimedJob], queues: tuple[str, ...], limit: int,
+        extra: dict[str, Any],
     ) -> list[ClaimedJob]:
         conn = await self.connection()
         token = secrets.randbits(63)  # fences every outcome of this claim (lease_token)
+        params = self._claim_params | extra | {"queues": list(queues), "limit": limit,
+                                               "token": token}
         async with self._link.applied(conn):
-            return await query.all(
-                conn, self._claim_params | extra | {"limit": limit, "token": token},
-                prepare=self._link.prepare,
-            )
+            return await query.all(conn, params, prepare=self._link.prepare)
 
     async def _seconds_until_next_job(self) -> float:
         """How long until the next scheduled job is due (capped by the poll interval)."""
@@ -181,6 +213,17 @@ class Producer(Service):
         # the next claim fetches several jobs in one round trip.
         await asyncio.sleep(0)
 
+    async def _wait_for_slot_or_wake(self) -> None:
+        self._slot_freed.clear()
+        slot = asyncio.ensure_future(self._slot_freed.wait())
+        wake = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({slot, wake}, timeout=self.poll_interval,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            slot.cancel()
+            wake.cancel()
+
     async def _sleep_until_woken(self, timeout: float) -> None:
         if timeout <= 0:
             return
@@ -201,12 +244,26 @@ class Producer(Service):
             return
         limit = min(self._free_slots(), MAX_CLAIM)
         self._wake.clear()
-        jobs = await self.claim(limit)
-        # Claims return rows unordered; prefetched jobs start in the order handed over.
-        for job in sorted(jobs, key=_claim_order):
+        capped = False
+        if self._in_order:
+            jobs, more, capped = await self._claim_in_order(limit)
+            # Queue by queue, in order; within a queue, claim order.
+            order = {queue: n for n, queue in enumerate(self._queues)}
+            jobs.sort(key=lambda job: (order.get(job.queue, 0), *_claim_order(job)))
+        else:
+            jobs = await self.claim(limit)
+            more = len(jobs) == limit
+            # Claims return rows unordered; prefetched jobs start in the order handed over.
+            jobs.sort(key=_claim_order)
+        for job in jobs:
             self._start_job(job)
-        if len(jobs) == limit:
+        if more:
             return  # a full claim: more may be ready right now
+        if capped and not self._burst:
+            # A queue at its own slots may have jobs ready: look again when a slot frees
+            # (or something wakes us), not only at the next poll.
+            await self._wait_for_slot_or_wake()
+            return
         if self._burst:
             if not jobs and self._is_idle():
                 self.finished = True

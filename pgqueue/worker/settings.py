@@ -18,7 +18,8 @@ from pydantic import (
     model_validator,
 )
 
-from pgqueue.errors import ConfigurationError
+from pgqueue.errors import ConfigurationError, a_type
+from pgqueue.options import queue_name
 from pgqueue.settings import normalize_dsn, parse_duration, split_pool_mode
 from pgqueue.worker import timings
 
@@ -34,7 +35,12 @@ class WorkerSettings(BaseModel):
     # performance.md for the measurement behind the default.
     # None: as many as ``concurrency``.
     prefetch: int | None = Field(default=None, ge=0, le=10_000)
+    # Claimed in this order: the first until it has nothing ready, then the next
+    # (producer.py). Empty: every queue, by priority.
     queues: list[str] = Field(default_factory=list)
+    # ``--queues email:2,default:8``: at most that many of the queue's jobs held at once
+    # (claimed, running, or ended with the outcome not yet committed).
+    queue_slots: dict[str, int] = Field(default_factory=dict)
     poll_interval: float = 5.0
     lease: float = timings.DEFAULT_LEASE
     shutdown_timeout: float = timings.DEFAULT_SHUTDOWN_TIMEOUT
@@ -66,6 +72,9 @@ class WorkerSettings(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             first = exc.errors()[0]
+            original = first.get("ctx", {}).get("error")
+            if isinstance(original, ConfigurationError):  # already says which setting
+                raise ConfigurationError(str(original)) from None
             where = ".".join(str(p) for p in first.get("loc", ()))
             message = str(first["msg"]).removeprefix("Value error, ")
             what = f"invalid worker setting {where}" if where else "invalid worker settings"
@@ -106,11 +115,53 @@ class WorkerSettings(BaseModel):
                              "(--no-listen), not both")
         return self
 
-    @field_validator("queues", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _split_queues(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",")]
-        if isinstance(value, list | tuple):
-            return [part for part in value if part]
-        return value
+    def _queues_and_slots(cls, data: Any) -> Any:
+        """``queues`` as names, in order; ``name:N`` entries also give ``queue_slots``,
+        and ``concurrency`` defaults to their sum when every queue has slots."""
+        if not isinstance(data, dict) or "queues" not in data:
+            return data
+        names, slots = parse_queues(data["queues"])
+        data = dict(data, queues=names)
+        if slots:
+            data["queue_slots"] = slots
+            if "concurrency" not in data and len(slots) == len(names):
+                data["concurrency"] = sum(slots.values())
+        return data
+
+
+def parse_queues(value: Any) -> tuple[list[str], dict[str, int]]:
+    """Queue names in the order given, and the slots of those given as ``name:N``.
+
+    Accepts ``"email:2,default"``, a list of such entries, or a mapping of names to
+    slots (None: no slots). The part after the last colon is slots when it is all
+    digits; a queue whose own name ends in ``:digits`` is given with slots.
+    """
+    if isinstance(value, dict):
+        entries = [f"{name}:{n}" if n is not None else str(name) for name, n in value.items()]
+    elif isinstance(value, str):
+        entries = [part.strip() for part in value.split(",")]
+    elif isinstance(value, list | tuple):
+        entries = [str(part).strip() for part in value]
+    else:
+        raise ConfigurationError(
+            f"invalid worker setting queues: {a_type(value)}; give names separated by "
+            "commas, e.g. 'high,default' or 'email:2,default:8'")
+    names: list[str] = []
+    slots: dict[str, int] = {}
+    for entry in filter(None, entries):
+        name, colon, count = entry.rpartition(":")
+        if not (colon and count.isdigit()):
+            name, count = entry, ""
+        name = queue_name(name)
+        if name in names:
+            raise ConfigurationError(f"invalid worker setting queues: {name!r} is given twice")
+        names.append(name)
+        if count:
+            if not 1 <= int(count) <= 10_000:
+                raise ConfigurationError(
+                    f"invalid worker setting queues: {entry!r}: slots must be a whole number "
+                    "from 1 to 10000 (name:N runs at most N of the queue's jobs at once)")
+            slots[name] = int(count)
+    return names, slots

@@ -38,7 +38,7 @@ from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
-from pgqueue.worker.producer import Producer
+from pgqueue.worker.producer import MAX_CLAIM, Producer
 from pgqueue.worker.service import Service, retrying
 from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.threads import DaemonThreadPool
@@ -110,6 +110,7 @@ class Worker:
             free_slots=self._free_slots,
             start=self._start, healthy=lambda: self.heartbeat.healthy,
             burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
+            queue_room=self._queue_room if settings.queue_slots else None,
         )
         # None with listen=False: the producer polls (and the worker is ready once
         # registered).
@@ -156,6 +157,21 @@ class Worker:
         """
         held = len(self.executions) + self.completer.unrecorded + self.threads.stuck
         return max(0, self.settings.concurrency + self.settings.allowance - held)
+
+    def _queue_room(self, queue: str) -> int:
+        """How many more of ``queue``'s jobs this worker may hold (``name:N`` slots).
+
+        Held as in :meth:`_free_slots`: from the claim until the outcome is committed, so
+        SQL never shows more than N of the queue's jobs running for this worker. Counted
+        when asked (at most once per queue per claim round) rather than kept in step with
+        every path a job can leave by. A thread stuck past its timeout counts against the
+        total only.
+        """
+        slots = self.settings.queue_slots.get(queue)
+        if slots is None:
+            return MAX_CLAIM
+        held = sum(1 for e in self.executions.values() if e.job.queue == queue)
+        return slots - held - self.completer.unrecorded_in(queue)
 
     def _start(self, job: ClaimedJob) -> None:
         stale = self.executions.get(job.id)
@@ -315,8 +331,11 @@ class Worker:
         if self._handles_signals:
             self._loop.add_signal_handler(signal.SIGTERM, self.request_stop)
             self._loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        slots = self.settings.queue_slots
         logger.info("Worker %s started: concurrency %d, queues %s.", self.id,
-                    self.settings.concurrency, ",".join(self.settings.queues) or "(all)")
+                    self.settings.concurrency,
+                    ",".join(f"{q}:{slots[q]}" if q in slots else q
+                             for q in self.settings.queues) or "(all)")
         if self.listener is None:
             logger.warning(
                 "Not listening for notifications (--no-listen): a job starts up to the "

@@ -11,9 +11,11 @@ import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import psycopg
+
 from tests._database import find_psql
 from tests._polling import wait_until
-from tests.e2e._chaos import Processes, chaos_app, scalar
+from tests.e2e._chaos import APPS, Processes, chaos_app, query, scalar
 from tests.e2e._pgq import APP, clean_environment, json_of, ok, pgq
 
 WORKERS = 3
@@ -145,3 +147,70 @@ def test_a_job_enqueued_by_psql_from_a_shell_runs_in_a_real_worker(dsn: str) -> 
     ok("worker", "-A", APP, "--dsn", dsn, "--burst")
     assert json_of("jobs", "show", str(first), "--dsn", dsn)["result"] == 42
     assert json_of("jobs", "show", str(keyed), "--dsn", dsn)["result"] == 3
+
+
+class RunningPerQueue(threading.Thread):
+    """Reads the running rows per queue every 50 ms until stopped; keeps the maxima."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.highest: dict[str, int] = {}
+        self.samples = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop_event.wait(0.05):
+                rows = conn.execute("SELECT queue, count(*) FROM pgqueue.jobs "
+                                    "WHERE status = 'running' GROUP BY queue").fetchall()
+                self.samples += 1
+                for queue, running in rows:
+                    self.highest[queue] = max(self.highest.get(queue, 0), int(running))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=10)
+
+
+def test_per_queue_slots_are_never_exceeded(chaos_dsn: str, processes: Processes) -> None:
+    # --concurrency defaults to the sum of the slots (10); prefetch on (the default).
+    worker = processes.start_worker(chaos_dsn, concurrency=10,
+                                    extra=["--queues", "email:2,default:8"])
+    assert "queues email:2,default:8" in worker.wait_for_log(r"started: .*").group(0)
+    sampler = RunningPerQueue(chaos_dsn)
+    sampler.start()
+    try:
+        with chaos_app(chaos_dsn) as app:
+            app.hold.using(queue="email").enqueue_many([(0.2,)] * 16)
+            app.hold.enqueue_many([(0.2,)] * 48)  # queue default
+        wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
+                                             "status = 'succeeded'") == 64,
+                   timeout=60, message=f"64 jobs\n{worker.log()}")
+    finally:
+        sampler.stop()
+    # The sampler saw both queues at their slots (the bound is not met vacuously).
+    assert sampler.highest == {"email": 2, "default": 8}, sampler.highest
+
+
+def test_queues_are_claimed_in_the_order_given(chaos_dsn: str, processes: Processes) -> None:
+    # Enqueued before the worker starts, with priorities that would reverse the order
+    # if priority ruled across queues: each queue is emptied before the next is touched.
+    with chaos_app(chaos_dsn) as app:
+        app.noop.using(queue="low", priority=100).enqueue_many([(n,) for n in range(10)])
+        app.noop.using(queue="default", priority=50).enqueue_many([(n,) for n in range(10)])
+        app.noop.using(queue="high", priority=-10).enqueue_many([(n,) for n in range(10)])
+        app.noop.using(queue="high", priority=0).enqueue_many([(n,) for n in range(5)])
+        app.noop.using(queue="other").enqueue(0)  # not listed: never claimed
+    ok("worker", "-A", "chaos_tasks:q", "--dsn", chaos_dsn, "--burst", "--concurrency", "1",
+       "--prefetch", "0", "--queues", "high,default,low", env=clean_environment(APPS))
+    started = [row[0] for row in query(
+        chaos_dsn, "SELECT queue, priority FROM pgqueue.jobs WHERE started_at IS NOT NULL "
+                   "ORDER BY started_at, id")]
+    assert started == ["high"] * 15 + ["default"] * 10 + ["low"] * 10
+    # Within a queue, priority first: high's priority-0 jobs before its priority -10 ones.
+    priorities = [row[1] for row in query(
+        chaos_dsn, "SELECT queue, priority FROM pgqueue.jobs WHERE queue = 'high' "
+                   "ORDER BY started_at, id")]
+    assert priorities == [0] * 5 + [-10] * 10
+    assert scalar(chaos_dsn, "SELECT status FROM pgqueue.jobs WHERE queue = 'other'") == "queued"

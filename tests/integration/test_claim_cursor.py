@@ -57,16 +57,17 @@ async def test_full_claims_resume_behind_the_last_job_in_claim_order(
     try:
         first = await producer.claim(8)
         assert _ids(first) == ids[:8]
-        assert producer._resume_after == (0, first[0].run_at, ids[7])
+        assert producer.cursor() == (0, first[0].run_at, ids[7])
         second = await producer.claim(8)
         assert _ids(second) == ids[8:16]
-        assert producer._resume_after is not None and producer._resume_after[2] == ids[15]
+        cursor = producer.cursor()
+        assert cursor is not None and cursor[2] == ids[15]
         # Only 4 left behind the cursor: the resumed claim is short, the head claim finds
         # nothing more, and a short claim keeps the cursor at the last job it took.
         third = await producer.claim(8)
         assert _ids(third) == ids[16:]
         assert await producer.claim(8) == []
-        assert producer._resume_after is None
+        assert producer.cursor() is None
     finally:
         await producer.close()
 
@@ -78,10 +79,10 @@ async def test_a_wake_up_sends_the_next_claim_to_the_head_for_a_higher_priority_
     producer = _producer(dsn)
     try:
         await producer.claim(8)
-        assert producer._resume_after is not None
+        assert producer.cursor() is not None
         (urgent,) = await _insert(aconn, 1, priority=5)  # its NOTIFY wakes a real worker
         producer.wake()
-        assert producer._resume_after is None
+        assert producer.cursor() is None
         claimed = await producer.claim(8)
         assert urgent in _ids(claimed)
         assert _ids(claimed) == sorted([urgent, *ids[8:15]])
@@ -117,7 +118,8 @@ async def test_queue_filters_and_lower_priorities_are_reached_through_the_head(
     producer = _producer(dsn, queues=["mail"])
     try:
         assert _ids(await producer.claim(8)) == high
-        assert producer._resume_after is not None and producer._resume_after[0] == 2
+        cursor = producer.cursor()
+        assert cursor is not None and cursor[0] == 2
         # Nothing of priority 2 is left in "mail": the resumed claim comes back empty and
         # the head claim continues with priority 0.
         assert _ids(await producer.claim(8)) == low
@@ -171,7 +173,7 @@ async def test_a_wake_up_during_a_claim_leaves_no_cursor(dsn: str) -> None:
     producer._conn = WakingConnection()  # type: ignore[assignment]
     claimed = await producer.claim(1)
     assert [job.id for job in claimed] == [7]
-    assert producer._resume_after is None
+    assert producer.cursor() is None
     producer._conn = None
 
 
@@ -179,7 +181,8 @@ async def test_jobs_of_a_resumed_claim_are_kept_when_the_top_up_claim_fails(dsn:
     """Both statements commit on their own: if the second fails (connection lost), the
     first one's jobs are already this worker's and must run, not wait for lease expiry."""
     producer = _producer(dsn)
-    producer._resume_after = (0, datetime.fromisoformat("2026-01-01T00:00:00+00:00"), 1)
+    producer._resume_after[tuple(producer._queues)] = (
+        0, datetime.fromisoformat("2026-01-01T00:00:00+00:00"), 1)
     executed: list[bytes] = []
 
     class FailingSecondTime(_FakeConnection):
@@ -192,7 +195,7 @@ async def test_jobs_of_a_resumed_claim_are_kept_when_the_top_up_claim_fails(dsn:
     claimed = await producer.claim(8)
     assert executed == [QUERIES.claim_jobs_any_queue_after.sql, QUERIES.claim_jobs_any_queue.sql]
     assert [job.id for job in claimed] == [7]
-    assert producer._resume_after is None
+    assert producer.cursor() is None
     producer._conn = None
 
 

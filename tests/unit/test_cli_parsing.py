@@ -56,7 +56,8 @@ def test_every_command_takes_connection_options(runner: CliRunner, command: list
 def test_worker_help_quotes_the_default_settings(runner: CliRunner) -> None:
     result = runner.invoke(app, ["worker", "--help"], terminal_width=200)
     defaults = WorkerSettings()
-    assert f"(default {defaults.concurrency})" in result.output
+    assert f"(default {defaults.concurrency}, or the sum of the --queues slots)" in " ".join(
+        result.output.split())
     for name in ("shutdown_timeout", "poll_interval", "lease", "connect_timeout"):
         option = "--" + name.replace("_", "-")
         line = next(line for line in result.output.splitlines() if option in line)
