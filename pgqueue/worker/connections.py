@@ -13,10 +13,13 @@ are set once per connection, by its first statement (``set_config``: PgBouncer r
 them as startup ``options`` in every mode). Behind a pooler in transaction mode (the DSN
 option ``pool_mode=transaction``, docs/guides/deployment.md) each transaction may run on
 another server connection: there a service runs each round's statements inside
-:meth:`Link.applied`, a pipeline whose first statement sets the pairs for the current
-transaction only (``set_config(..., is_local => true)``, what ``SET LOCAL`` does) and
-whose statements all run in that one transaction, in the same round trips as without
-it. Statements are never prepared there (:attr:`Link.prepare`), and LISTEN, whose
+:meth:`Link.applied`, an explicit transaction that starts with ``SET LOCAL`` for each
+pair (two round trips more than without a pooler: ``BEGIN``, the ``SET LOCAL``s in one
+simple-protocol message, and ``COMMIT``). Not a pipeline ending in one ``Sync``: that
+would save the round trips, but PgBouncer 1.18 under load left such pipelines waiting
+for results that never came (every worker stalled, measured in
+tests/e2e/test_pgbouncer_workers.py). Statements are never prepared there
+(:attr:`Link.prepare`), and LISTEN, whose
 notifications a transaction pooler cannot deliver, takes its own direct connection
 (``--listen-dsn``) or none at all (``--no-listen``).
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import set_json_loads
 
 from pgqueue.serialization import loads
@@ -60,14 +64,21 @@ class Session:
     # Decode jsonb with orjson (pgqueue.serialization.loads) instead of json.loads.
     fast_json: bool = False
 
-    def statement(self, *, local: bool) -> tuple[str, list[str]]:
-        """A statement and its parameters that apply the parameters to the session, or
-        (``local``) to the current transaction only, like ``SET [LOCAL]``; ``SELECT 1``
-        if there are none."""
+    def set_local(self) -> sql.Composed:
+        """``SET LOCAL`` for each parameter, as one statement text without parameters (so
+        psycopg sends it with the simple protocol, in one message)."""
+        return sql.SQL("; ").join(
+            sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(name), sql.Literal(value))
+            for name, value in self.parameters
+        )
+
+    def first_statement(self) -> tuple[str, list[str]]:
+        """A new connection's first statement and its parameters: ``set_config`` of each
+        parameter for the session (``SET``, as a function that takes parameters), or
+        ``SELECT 1`` if there are none."""
         if not self.parameters:
             return "SELECT 1", []
-        scope = "true" if local else "false"
-        calls = ", ".join(f"set_config(%s, %s, {scope})" for _ in self.parameters)
+        calls = ", ".join("set_config(%s, %s, false)" for _ in self.parameters)
         return f"SELECT {calls}", [text for pair in self.parameters for text in pair]
 
 
@@ -138,7 +149,7 @@ class WorkerConnections:
             dsn or self.dsn, autocommit=True, application_name=self.application_name,
             **_LINK, **extra,
         )
-        first = (DEFAULTS if pooled else session).statement(local=False)
+        first = (DEFAULTS if pooled else session).first_statement()
         try:
             async with asyncio.timeout(timings.SERVER_WAIT):
                 await conn.execute(*first)
@@ -195,15 +206,14 @@ class Link:
         """Run the statements of the block with the session's settings.
 
         Directly, the connection already has them. Behind a transaction pooler, the block
-        is one pipeline: ``set_config`` first, then the block's statements, all in one
-        implicit transaction (committed at the block's end, with the single Sync), so on
-        one server connection and in one round trip per result read.
+        is one transaction that sets them first (``SET LOCAL``), so all of it runs on one
+        server connection with the settings, which end with it.
         """
         if not (self.pooled and self.session.parameters):
             yield
             return
-        async with conn.pipeline():
-            await conn.execute(*self.session.statement(local=True))
+        async with conn.transaction():
+            await conn.execute(self.session.set_local())
             yield
 
 

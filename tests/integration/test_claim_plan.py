@@ -326,7 +326,7 @@ def test_complete_jobs_generic_plan_made_on_an_empty_table_reaches_rows_by_prima
     text, names = as_prepared(QUERIES.complete_jobs.sql)
     with psycopg.connect(dsn, cursor_factory=psycopg.ClientCursor) as conn:
         if completer_settings:  # what the completer's connection runs first
-            conn.execute(*COMPLETIONS.statement(local=False))
+            conn.execute(*COMPLETIONS.first_statement())
         conn.execute(b"PREPARE plan_under_test AS " + text)
         conn.execute("SET plan_cache_mode = force_generic_plan")
         arguments = sql.SQL(", ").join(sql.Literal(COMPLETE_PARAMS[name]) for name in names)
