@@ -6,7 +6,7 @@ queues list --json``), so a script sees what it changed.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,15 +26,16 @@ QueueArgument = Annotated[str, typer.Argument(metavar="QUEUE", help="The queue's
 
 def _table(found: list[QueueInfo]) -> None:
     print_table(
-        ["queue", "state", "max queued", *COUNTS, "oldest queued"],
+        ["queue", "state", "max queued", "aging", *COUNTS, "oldest queued"],
         (
             [info.name, "paused" if info.paused else "running",
              "-" if info.max_queued is None else info.max_queued,
+             "-" if info.priority_aging is None else f"{info.priority_aging:g}s",
              *(info.counts[key] for key in COUNTS), age(info.oldest_queued_age_seconds)]
             for info in found
         ),
         empty="No queues yet: a queue appears with its first job or setting.",
-        right=("max queued", *COUNTS, "oldest queued"),
+        right=("max queued", "aging", *COUNTS, "oldest queued"),
     )
 
 
@@ -93,14 +94,31 @@ def set_queue(
                      help="At most N queued (ready, scheduled or retrying) jobs; an enqueue "
                           "beyond it fails with QueueFull. none: no bound."),
     ] = None,
+    priority_aging: Annotated[
+        str | None,
+        typer.Option("--priority-aging", metavar="DURATION|none", show_default=False,
+                     help="Raise a waiting job's priority by one for each DURATION it has "
+                          "waited (at least 1s), so low priorities cannot starve. none: "
+                          "no aging."),
+    ] = None,
 ) -> None:
     """Change QUEUE's settings (those not given keep their value)."""
-    if max_queued is None:
+    if max_queued is None and priority_aging is None:
         raise typer.BadParameter("give a setting to change, e.g. --max-queued 10000",
                                  param_hint="'QUEUE'")
-    bound = _max_queued(max_queued)
+    changes: dict[str, Any] = {}
+    if max_queued is not None:
+        changes["max_queued"] = _max_queued(max_queued)
+    if priority_aging is not None:
+        changes["priority_aging"] = (None if priority_aging.strip().lower() == "none"
+                                     else priority_aging)
     with context.session() as queue:
-        info = queue.set_queue(name, max_queued=bound)
-    output(context, info, lambda: typer.echo(
-        f"Queue {info.name!r}: max queued "
-        f"{'none (unbounded)' if info.max_queued is None else info.max_queued}."))
+        info = queue.set_queue(name, **changes)
+    output(context, info, lambda: typer.echo(_settings_line(info)))
+
+
+def _settings_line(info: QueueInfo) -> str:
+    bound = "none (unbounded)" if info.max_queued is None else str(info.max_queued)
+    aging = ("none" if info.priority_aging is None
+             else f"one step per {info.priority_aging:g}s waited")
+    return f"Queue {info.name!r}: max queued {bound}; priority aging {aging}."

@@ -347,19 +347,31 @@ class Queue:
         return self.run_plan(queues.pause_queue(self.queries, queue_name(queue), paused=False))
 
     def set_queue(
-        self, queue: str, *, max_queued: int | queues.Unset | None = queues.UNSET
+        self,
+        queue: str,
+        *,
+        max_queued: int | queues.Unset | None = queues.UNSET,
+        priority_aging: float | str | timedelta | queues.Unset | None = queues.UNSET,
     ) -> QueueInfo:
         """Change ``queue``'s settings and return its state; a setting not given keeps its
         value, None clears it.
 
         ``max_queued``: at most this many queued jobs (ready, scheduled or retrying); an
-        enqueue beyond it raises :class:`QueueFull`.
+        enqueue beyond it raises :class:`QueueFull`. ``priority_aging``: seconds (or
+        ``"5m"``) per priority step; a ready job gains one priority for each step it has
+        waited, so low priorities cannot starve.
         """
         name = queue_name(queue)
-        if max_queued is queues.UNSET:
-            return self.run_plan(queues.queue_info(self.queries, name))
-        return self.run_plan(queues.set_max_queued(self.queries, name,
-                                                   queues.max_queued(max_queued)))
+        # Checked before anything is written: one bad setting changes nothing.
+        bound = None if max_queued is queues.UNSET else queues.max_queued(max_queued)
+        aging = (None if priority_aging is queues.UNSET
+                 else queues.priority_aging(priority_aging))
+        info: QueueInfo | None = None
+        if max_queued is not queues.UNSET:
+            info = self.run_plan(queues.set_max_queued(self.queries, name, bound))
+        if priority_aging is not queues.UNSET:
+            info = self.run_plan(queues.set_priority_aging(self.queries, name, aging))
+        return info or self.run_plan(queues.queue_info(self.queries, name))
 
     def queues(self) -> list[QueueInfo]:
         """Every queue that has jobs or settings, by name: state, settings, counts."""

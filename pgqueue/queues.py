@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-from pgqueue.bounds import MAX_INTEGER
+from pgqueue.bounds import MAX_INTEGER, short_repr
 from pgqueue.db.plans import Plan, Statement
 from pgqueue.db.queries import Queries
 from pgqueue.errors import ConfigurationError, a_type
+from pgqueue.settings import parse_duration
 
 __all__ = ["QUEUE_FULL", "UNSET", "QueueInfo", "Unset", "list_queues", "max_queued",
-           "pause_queue", "queue_info", "set_max_queued"]
+           "pause_queue", "priority_aging", "queue_info", "set_max_queued",
+           "set_priority_aging"]
 
 
 class Unset(Enum):
@@ -29,6 +31,9 @@ class Unset(Enum):
 
 
 UNSET: Final = Unset.UNSET
+
+# The longest priority-aging step (the column's CHECK says the same).
+MAX_AGING_STEP: Final = 365 * 86400
 
 # The SQLSTATE the insert trigger raises for an enqueue beyond a queue's max_queued.
 QUEUE_FULL = "PQ001"
@@ -46,11 +51,12 @@ class QueueInfo:
     max_queued: int | None  # None: unbounded
     counts: dict[str, int]  # every key of COUNTS
     oldest_queued_age_seconds: float | None  # None: no job of this queue is ready
+    priority_aging: float | None = None  # seconds per priority step; None: no aging
 
     @property
     def settings(self) -> dict[str, Any]:
         """The queue's settings, as ``Queue.set_queue`` takes them."""
-        return {"max_queued": self.max_queued}
+        return {"max_queued": self.max_queued, "priority_aging": self.priority_aging}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: an object of ``pgq queues list --json``."""
@@ -65,7 +71,8 @@ def list_queues(queries: Queries, name: str | None = None) -> Plan[list[QueueInf
     return [
         QueueInfo(name=row["name"], paused=row["paused"], max_queued=row["max_queued"],
                   counts={key: int(row[key]) for key in COUNTS},
-                  oldest_queued_age_seconds=row["oldest_queued_age_seconds"])
+                  oldest_queued_age_seconds=row["oldest_queued_age_seconds"],
+                  priority_aging=row["priority_aging"])
         for row in rows
     ]
 
@@ -83,12 +90,32 @@ def set_max_queued(queries: Queries, name: str, value: int | None) -> Plan[Queue
     return (yield from queue_info(queries, name))
 
 
+def set_priority_aging(queries: Queries, name: str, value: float | None) -> Plan[QueueInfo]:
+    """Age (or, with None, stop aging) ``name``'s priorities; its state afterwards."""
+    yield Statement(queries.set_queue_priority_aging,
+                    {"name": name, "priority_aging": value}, fetch="rowcount")
+    return (yield from queue_info(queries, name))
+
+
 def queue_info(queries: Queries, name: str) -> Plan[QueueInfo]:
     """``name``'s state; a queue without jobs or settings has the defaults."""
     found = yield from list_queues(queries, name)
     if found:
         return found[0]
     return QueueInfo(name, False, None, dict.fromkeys(COUNTS, 0), None)
+
+
+def priority_aging(value: Any) -> float | None:
+    """A valid ``priority_aging``: seconds per step from 1 to a year (or ``"30s"``,
+    ``"5m"``, a timedelta), or None (no aging)."""
+    if value is None:
+        return None
+    seconds = parse_duration(value, what="priority_aging")
+    if not 1 <= seconds <= MAX_AGING_STEP:
+        raise ConfigurationError(
+            f"invalid priority_aging {short_repr(value)}: seconds per priority step from 1 "
+            f"to {MAX_AGING_STEP} (a year), e.g. 60 or '5m', or None for no aging")
+    return seconds
 
 
 def max_queued(value: Any) -> int | None:

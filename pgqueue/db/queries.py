@@ -71,6 +71,12 @@ class NextRunAt(NamedTuple):
     next_run_at: datetime | None  # when the next scheduled job is due; None: none is
 
 
+class AgedJobs(NamedTuple):
+    """A row of ``age_priorities``."""
+
+    raised: int  # ready jobs whose priority was raised by one
+
+
 class RecordedOutcome(NamedTuple):
     """A row of ``complete_jobs``: one outcome that changed its job (a fenced-out one
     returns no row)."""
@@ -651,7 +657,7 @@ class Queries:
               FROM live FULL JOIN dead ON live.queue = dead.queue
         )
         SELECT COALESCE(c.queue, s.name) AS name, COALESCE(s.paused, false) AS paused,
-               s.max_queued,
+               s.max_queued, s.priority_aging,
                COALESCE(c.queued, 0) AS queued, COALESCE(c.scheduled, 0) AS scheduled,
                COALESCE(c.retrying, 0) AS retrying, COALESCE(c.running, 0) AS running,
                COALESCE(c.succeeded, 0) AS succeeded, COALESCE(c.cancelled, 0) AS cancelled,
@@ -668,6 +674,35 @@ class Queries:
     set_queue_max_queued = _Plain("""
         INSERT INTO {schema}.queues AS q (name, max_queued) VALUES (%(name)s, %(max_queued)s)
         ON CONFLICT (name) DO UPDATE SET max_queued = EXCLUDED.max_queued, updated_at = now()
+    """)
+    set_queue_priority_aging = _Plain("""
+        INSERT INTO {schema}.queues AS q (name, priority_aging)
+        VALUES (%(name)s, %(priority_aging)s)
+        ON CONFLICT (name) DO UPDATE
+           SET priority_aging = EXCLUDED.priority_aging, updated_at = now()
+    """)
+    # Priority aging (maintenance): for each queue whose step has passed since it was last
+    # aged, one worker wins the row (the conditional UPDATE; the others find it aged and
+    # skip) and raises by one the priority of each of its ready jobs that has waited a
+    # step. Returns how many jobs were raised.
+    age_priorities = _Typed(AgedJobs, """
+        WITH due AS (
+            UPDATE {schema}.queues
+               SET aged_at = now()
+             WHERE priority_aging IS NOT NULL
+               AND (aged_at IS NULL
+                    OR aged_at <= now() - make_interval(secs => priority_aging))
+            RETURNING name, priority_aging
+        ),
+        raised AS (
+            UPDATE {schema}.jobs j
+               SET priority = j.priority + 1
+              FROM due
+             WHERE j.queue = due.name AND j.status = 'queued' AND j.priority < 32767
+               AND j.run_at <= now() - make_interval(secs => due.priority_aging)
+            RETURNING j.id
+        )
+        SELECT count(*) AS raised FROM raised
     """)
     # -- Cancelling ---------------------------------------------------------------------
     cancel_queued_job = _Plain("""

@@ -228,11 +228,20 @@ def _queues(metadata: MetaData, schema: str) -> Table:
                comment="At most this many queued (ready, scheduled or retrying) jobs; an "
                        "insert beyond it fails with SQLSTATE PQ001 (QueueFull). NULL: "
                        "unbounded."),
+        Column("priority_aging", Double,
+               comment="Seconds per priority step: every ready job that has waited this "
+                       "long gets one more priority, each time this much passes "
+                       "(maintenance). NULL: no aging."),
+        Column("aged_at", _TIMESTAMPTZ,
+               comment="When the queue's priorities were last aged (one maintenance round "
+                       "does it)."),
         Column("updated_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
         PrimaryKeyConstraint("name", name="queues_pkey"),
         CheckConstraint("length(name) BETWEEN 1 AND 200", name="queues_name_check"),
         CheckConstraint("max_queued IS NULL OR max_queued >= 1",
                         name="queues_max_queued_check"),
+        CheckConstraint("priority_aging IS NULL OR priority_aging BETWEEN 1 AND 31536000",
+                        name="queues_priority_aging_check"),
         schema=schema,
         comment="pgqueue queue settings: one row per configured queue; a queue without a row "
                 "has the defaults (running, unbounded).",

@@ -9,6 +9,8 @@ fighting over them.
   attempts are spent. With the default 1 s interval a lease is rescued within lease + ~1 s.
 * Pruner (every ``prune_interval``): succeeded and cancelled rows past ``result_ttl``.
 * Stale workers: ``workers`` rows whose own lease ran out more than ``grace`` ago.
+* Priority aging (with the rescuer): queues with ``priority_aging`` whose step has
+  passed get the priority of their waiting jobs raised (``queries.age_priorities``).
 
 The timings are in ``worker/timings.py``.
 """
@@ -61,6 +63,7 @@ class Maintenance(Service):
 
     async def run_once(self) -> None:
         await self.rescue()
+        await self.age_priorities()
         if time.monotonic() >= self._next_prune:
             await self.prune()
             self._next_prune = time.monotonic() + self.prune_interval
@@ -84,6 +87,15 @@ class Maintenance(Service):
             handled += batch
             if batch < RESCUE_BATCH:
                 return handled
+
+    async def age_priorities(self) -> int:
+        """Raise the priority of ready jobs in queues with ``priority_aging`` whose step
+        has passed (one worker per step, whichever gets there first); returns how many."""
+        conn = await self.connection()
+        aged = await self._queries.age_priorities.one(conn, {})
+        if aged.raised:
+            logger.debug("Priority aging: raised %d waiting job(s).", aged.raised)
+        return aged.raised
 
     async def prune(self) -> int:
         """Delete finished rows past their result_ttl, and stale worker rows."""

@@ -95,10 +95,14 @@ def test_queue_commands_print_the_state_they_leave(dsn: str) -> None:
     assert paused.startswith("Paused queue 'email': no worker claims its jobs until "
                              "pgq queues resume email")
     bounded = json_of("queues", "set", "email", "--max-queued", "500", "--dsn", dsn)
-    assert bounded["settings"] == {"max_queued": 500} and bounded["paused"] is True
+    assert bounded["settings"] == {"max_queued": 500, "priority_aging": None}
+    assert bounded["paused"] is True
+    aged = ok("queues", "set", "email", "--priority-aging", "2m", "--dsn", dsn).stdout
+    assert aged.strip() == ("Queue 'email': max queued 500; priority aging one step per "
+                            "120s waited.")
     listed = json_of("queues", "list", "--dsn", dsn)
     assert [(q["name"], q["paused"], q["settings"]) for q in listed] == [
-        ("email", True, {"max_queued": 500})]
+        ("email", True, {"max_queued": 500, "priority_aging": 120})]
     assert set(listed[0]["counts"]) == {"queued", "scheduled", "retrying", "running",
                                         "succeeded", "cancelled", "dead"}
     table = ok("queues", "list", "--dsn", dsn).stdout
@@ -120,6 +124,10 @@ def test_bad_queue_commands_say_what_is_wrong(dsn: str) -> None:
         assert result.returncode == 2, (args, result.stderr)
         errors = [line for line in result.stderr.splitlines() if "Error" in line]
         assert len(errors) == 1 and fragment in errors[0], (args, result.stderr)
+    result = pgq("queues", "set", "email", "--priority-aging", "0.5s", "--dsn", dsn)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: invalid priority_aging '0.5s': seconds per "
+                                    "priority step from 1")
     result = pgq("queues", "pause", "a,b", "--dsn", dsn)
     assert result.returncode == 1
     assert result.stderr.strip() == ("error: invalid queue 'a,b': must not contain ',' (a "
@@ -214,3 +222,50 @@ def test_queues_are_claimed_in_the_order_given(chaos_dsn: str, processes: Proces
                    "ORDER BY started_at, id")]
     assert priorities == [0] * 5 + [-10] * 10
     assert scalar(chaos_dsn, "SELECT status FROM pgqueue.jobs WHERE queue = 'other'") == "queued"
+
+
+def _saturate(dsn: str, stop: threading.Event, failures: list[BaseException]) -> None:
+    """Priority-0 jobs into 'aged' and 'plain', faster than one slot runs them."""
+    try:
+        with chaos_app(dsn) as app:
+            tasks = [app.hold.using(queue="aged"), app.hold.using(queue="plain")]
+            n = 0
+            while not stop.wait(0.03):
+                tasks[n % 2].enqueue(0.05)
+                n += 1
+    except BaseException as exc:  # reported by the test
+        failures.append(exc)
+
+
+def test_priority_aging_lets_a_low_priority_job_through_a_saturating_stream(
+    chaos_dsn: str, processes: Processes
+) -> None:
+    ok("queues", "set", "aged", "--priority-aging", "1s", "--dsn", chaos_dsn)
+    worker = processes.start_worker(chaos_dsn, concurrency=1, extra=["--prefetch", "0"])
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    stream = threading.Thread(target=_saturate, args=(chaos_dsn, stop, failures))
+    stream.start()
+    try:
+        wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
+                                             "status = 'queued'") >= 20,
+                   timeout=30, message="a backlog to build up")
+        with chaos_app(chaos_dsn) as app:
+            aged = app.hold.using(queue="aged", priority=-2).enqueue(0.01)
+            plain = app.hold.using(queue="plain", priority=-2).enqueue(0.01)
+        # Two steps of aging bring it level with the stream, a third ahead of every job
+        # that came later; the backlog in front of it is what is left to wait for.
+        wait_until(lambda: scalar(chaos_dsn, "SELECT started_at FROM pgqueue.jobs WHERE "
+                                             "id = %s", (aged.id,)) is not None,
+                   timeout=45, message=f"the aged low-priority job to start\n{worker.log()}")
+        backlog = scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE status = "
+                                    "'queued' AND queue = 'plain'")
+        # The same job in a queue without aging still waits behind the stream.
+        assert scalar(chaos_dsn, "SELECT status FROM pgqueue.jobs WHERE id = %s",
+                      (plain.id,)) == "queued"
+        assert backlog > 5  # the stream was still saturating the worker
+    finally:
+        stop.set()
+        stream.join(30)
+    assert failures == []
+    assert worker.alive(), worker.log()

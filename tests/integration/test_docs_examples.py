@@ -192,7 +192,7 @@ def test_queues_guide_examples_run(dsn: str) -> None:
     assert queues["email"].counts["queued"] == 4  # users 1, 3 and 4, and 5 from SQL
     assert queues["email"].counts["scheduled"] == 1  # 6, from SQL, due in 10 minutes
     assert queues["email-bulk"].counts["queued"] == 1
-    assert queues["reports"].paused
+    assert queues["reports"].paused and queues["reports"].priority_aging == 30
 
 
 def _run_python_in(code: str, dsn: str, namespace: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 from pgqueue import ConfigurationError, JobContext, Queue, QueueFull
+from pgqueue.worker.connections import WorkerConnections
+from pgqueue.worker.maintenance import Maintenance
 from tests._polling import async_wait_until
 from tests.integration._worker_helpers import background_worker, row, until_sleeping
 
@@ -81,13 +83,18 @@ def test_pause_resume_and_settings_show_in_queues(q: Queue) -> None:
         "queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead"}
     assert q.pause_queue("email").paused
     assert q.pause_queue("email").paused  # again: no error, no change
-    assert q.set_queue("bulk", max_queued=10).settings == {"max_queued": 10}
+    assert q.set_queue("bulk", max_queued=10).settings == {"max_queued": 10,
+                                                            "priority_aging": None}
     assert [(i.name, i.paused, i.max_queued) for i in q.queues()] == [
         ("bulk", False, 10), ("email", True, None)]
     assert q.set_queue("bulk").max_queued == 10  # nothing given: nothing changes
     assert q.set_queue("bulk", max_queued=None).max_queued is None  # None clears
     assert not q.resume_queue("email").paused
-    assert q.queues()[1].to_dict()["settings"] == {"max_queued": None}
+    assert q.queues()[1].to_dict()["settings"] == {"max_queued": None,
+                                                   "priority_aging": None}
+    assert q.set_queue("bulk", priority_aging="5m").priority_aging == 300
+    assert q.set_queue("bulk", priority_aging=None, max_queued=7).settings == {
+        "max_queued": 7, "priority_aging": None}
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -98,6 +105,10 @@ def test_pause_resume_and_settings_show_in_queues(q: Queue) -> None:
     (lambda q: q.set_queue("x", max_queued=True), "invalid max_queued True"),
     (lambda q: q.set_queue("x", max_queued=2**31), "invalid max_queued 2147483648"),
     (lambda q: q.set_queue("x", max_queued="10"), "invalid max_queued '10'"),
+    (lambda q: q.set_queue("x", priority_aging=0.5), "invalid priority_aging 0.5"),
+    (lambda q: q.set_queue("x", priority_aging="2y"), "priority_aging"),
+    (lambda q: q.set_queue("x", priority_aging=10**9), "invalid priority_aging"),
+    (lambda q: q.set_queue("x", priority_aging=1, max_queued=0), "invalid max_queued 0"),
 ])
 def test_bad_queue_names_and_settings_are_refused_in_one_line(
     q: Queue, call: Any, message: str
@@ -280,3 +291,35 @@ def test_the_sql_function_refuses_bad_input_naming_the_field(
     with psycopg.connect(dsn) as conn, pytest.raises(psycopg.Error) as raised:
         conn.execute(call)
     assert message in str(raised.value).splitlines()[0]
+
+
+
+# -- priority aging ------------------------------------------------------------------------
+
+
+async def test_maintenance_raises_waiting_priorities_once_per_step(aq: Queue, dsn: str) -> None:
+    @aq.task(name="noop")
+    async def noop() -> None: ...
+
+    await asyncio.to_thread(aq.set_queue, "aged", priority_aging=60)
+    waited = await noop.using(queue="aged").enqueue_async()
+    fresh = await noop.using(queue="aged", priority=3).enqueue_async()
+    plain = await noop.using(queue="plain").enqueue_async()
+    later = await noop.using(queue="aged", run_in=3600).enqueue_async()
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        # The first two have waited two steps; the scheduled one is not ready.
+        await conn.execute("UPDATE pgqueue.jobs SET run_at = now() - interval '121 seconds' "
+                           "WHERE id = ANY(%s)", ([waited.id, plain.id],))
+        maintenance = Maintenance(connect=WorkerConnections(dsn, "aging").link(),
+                                  queries=aq.queries)
+        try:
+            assert await maintenance.age_priorities() == 1  # only the one that waited
+            assert await maintenance.age_priorities() == 0  # the step has not passed
+            await conn.execute("UPDATE pgqueue.queues SET aged_at = now() - "
+                               "interval '61 seconds' WHERE name = 'aged'")
+            assert await maintenance.age_priorities() == 1
+        finally:
+            await maintenance.close()
+    priorities = {job.id: (row(dsn, job.id) or {})["priority"]
+                  for job in (waited, fresh, plain, later)}
+    assert priorities == {waited.id: 2, fresh.id: 3, plain.id: 0, later.id: 0}
