@@ -17,6 +17,12 @@ claim from the head, which also reaches lower priorities and anything else behin
 cursor. Claim order is therefore what it would be without the cursor, except that a job
 landing behind it can wait until the next wake-up or short claim (milliseconds in a busy
 queue, whose inserts notify).
+
+Several queues (``--queues high,default,low``), or per-queue slots (``email:2``): each
+claim round asks the queues in the order given, one claim statement each (each with its
+own cursor), a queue for at most its own free slots and the next ones only for what is
+left. A queue still at its slots with jobs maybe ready makes the producer look again when
+a slot frees. Without ``--queues`` a single claim takes every queue by priority.
 """
 
 from __future__ import annotations
