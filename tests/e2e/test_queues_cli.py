@@ -5,9 +5,11 @@ print what they changed and refuse bad input in one line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -24,16 +26,35 @@ GAP = 0.02
 BOUND = timedelta(seconds=1)
 
 
-def _stream(dsn: str, stop: threading.Event, failures: list[BaseException]) -> None:
+@contextlib.contextmanager
+def _in_background(target: Callable[[str, threading.Event], None], dsn: str) -> Iterator[None]:
+    """Run ``target(dsn, stop)`` in a thread for the block; its error fails the test."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            target(dsn, stop)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
     try:
-        with chaos_app(dsn) as app:
-            task = app.noop.using(queue="stream")
-            n = 0
-            while not stop.wait(GAP):
-                task.enqueue(n)
-                n += 1
-    except BaseException as exc:  # reported by the test
-        failures.append(exc)
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+    assert failures == []
+
+
+def _stream(dsn: str, stop: threading.Event) -> None:
+    with chaos_app(dsn) as app:
+        task = app.noop.using(queue="stream")
+        n = 0
+        while not stop.wait(GAP):
+            task.enqueue(n)
+            n += 1
 
 
 def _changed_at(dsn: str) -> datetime:
@@ -48,11 +69,7 @@ def test_pause_and_resume_take_effect_within_a_second_across_three_workers(
 ) -> None:
     # A poll interval no test waits for: after resume, only the NOTIFY can wake them.
     workers = [processes.start_worker(chaos_dsn, poll_interval=600) for _ in range(WORKERS)]
-    stop = threading.Event()
-    failures: list[BaseException] = []
-    stream = threading.Thread(target=_stream, args=(chaos_dsn, stop, failures))
-    stream.start()
-    try:
+    with _in_background(_stream, chaos_dsn):
         wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
                                              "status = 'succeeded'") >= 30,
                    timeout=30, message="the stream to run")
@@ -79,10 +96,6 @@ def test_pause_and_resume_take_effect_within_a_second_across_three_workers(
         first_start = scalar(chaos_dsn, "SELECT min(started_at) FROM pgqueue.jobs WHERE "
                                         "started_at > %s", (resumed_at,))
         assert first_start is not None and first_start - resumed_at <= BOUND
-    finally:
-        stop.set()
-        stream.join(30)
-    assert failures == []
     # Every worker took part, none died.
     assert all(worker.alive() for worker in workers), processes.logs()
     pids = scalar(chaos_dsn, "SELECT count(DISTINCT worker_id) FROM pgqueue.jobs")
@@ -224,17 +237,14 @@ def test_queues_are_claimed_in_the_order_given(chaos_dsn: str, processes: Proces
     assert scalar(chaos_dsn, "SELECT status FROM pgqueue.jobs WHERE queue = 'other'") == "queued"
 
 
-def _saturate(dsn: str, stop: threading.Event, failures: list[BaseException]) -> None:
+def _saturate(dsn: str, stop: threading.Event) -> None:
     """Priority-0 jobs into 'aged' and 'plain', faster than one slot runs them."""
-    try:
-        with chaos_app(dsn) as app:
-            tasks = [app.hold.using(queue="aged"), app.hold.using(queue="plain")]
-            n = 0
-            while not stop.wait(0.03):
-                tasks[n % 2].enqueue(0.05)
-                n += 1
-    except BaseException as exc:  # reported by the test
-        failures.append(exc)
+    with chaos_app(dsn) as app:
+        tasks = [app.hold.using(queue="aged"), app.hold.using(queue="plain")]
+        n = 0
+        while not stop.wait(0.03):
+            tasks[n % 2].enqueue(0.05)
+            n += 1
 
 
 def test_priority_aging_lets_a_low_priority_job_through_a_saturating_stream(
@@ -242,11 +252,7 @@ def test_priority_aging_lets_a_low_priority_job_through_a_saturating_stream(
 ) -> None:
     ok("queues", "set", "aged", "--priority-aging", "1s", "--dsn", chaos_dsn)
     worker = processes.start_worker(chaos_dsn, concurrency=1, extra=["--prefetch", "0"])
-    stop = threading.Event()
-    failures: list[BaseException] = []
-    stream = threading.Thread(target=_saturate, args=(chaos_dsn, stop, failures))
-    stream.start()
-    try:
+    with _in_background(_saturate, chaos_dsn):
         wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
                                              "status = 'queued'") >= 20,
                    timeout=30, message="a backlog to build up")
@@ -264,8 +270,4 @@ def test_priority_aging_lets_a_low_priority_job_through_a_saturating_stream(
         assert scalar(chaos_dsn, "SELECT status FROM pgqueue.jobs WHERE id = %s",
                       (plain.id,)) == "queued"
         assert backlog > 5  # the stream was still saturating the worker
-    finally:
-        stop.set()
-        stream.join(30)
-    assert failures == []
     assert worker.alive(), worker.log()
