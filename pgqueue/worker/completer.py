@@ -22,7 +22,7 @@ import psycopg
 from pgqueue.db.names import notify_channel
 from pgqueue.db.queries import Queries
 from pgqueue.worker.backoff import Backoff
-from pgqueue.worker.connections import Link
+from pgqueue.worker.connections import Link, answered
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.service import Service
 
@@ -141,7 +141,7 @@ class Completer(Service):
         }
         # Prepared after five executions like any statement; see connections.COMPLETIONS
         # for why its cached plan cannot degrade into a sequential scan.
-        async with self._link.applied(conn):
+        async with answered(f"writing {len(batch)} outcome(s)"), self._link.applied(conn):
             rows = await self._queries.complete_jobs.all(conn, params)
             ready_queues = sorted({row.queue for row in rows
                                    if row.kind in ("release", "retry", "snooze") and row.ready})

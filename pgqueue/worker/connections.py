@@ -217,6 +217,22 @@ class Link:
             yield
 
 
+@contextlib.asynccontextmanager
+async def answered(what: str) -> AsyncIterator[None]:
+    """Bound the block's database round trips by ``timings.STALL_TIMEOUT``: past it, the
+    block is cancelled and fails with a retryable error naming ``what``, so the service
+    logs it, reconnects and tries again instead of waiting forever."""
+    limit = timings.STALL_TIMEOUT
+    try:
+        async with asyncio.timeout(limit):
+            yield
+    except TimeoutError:
+        raise psycopg.OperationalError(
+            f"no answer from the database within {limit:g}s ({what}); giving up on this "
+            f"connection"
+        ) from None
+
+
 class TaskConnections:
     """Pools for ctx.transaction(), opened only if a task asks for one."""
 

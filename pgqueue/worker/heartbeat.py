@@ -20,7 +20,7 @@ from typing import Any
 from pgqueue.db.queries import Queries
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
-from pgqueue.worker.connections import Connect
+from pgqueue.worker.connections import Connect, answered
 from pgqueue.worker.executor import Execution
 from pgqueue.worker.service import Service
 
@@ -78,7 +78,9 @@ class Heartbeat(Service):
         conn = await self.connection()
         started = time.monotonic()
         candidates = [e for e in self._running() if e.started < started]
-        rows = await self._queries.heartbeat.all(conn, self._params | {"stuck": self._stuck()})
+        async with answered("a heartbeat"):
+            rows = await self._queries.heartbeat.all(
+                conn, self._params | {"stuck": self._stuck()})
         held = {row.id: row for row in rows}
         if self.failing_since is not None:
             logger.info("Heartbeats work again, %.1f s after the last one that succeeded.",

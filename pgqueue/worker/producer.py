@@ -39,7 +39,7 @@ from typing import Any
 from pgqueue.db.queries import ClaimedJob, Queries, Query
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
-from pgqueue.worker.connections import Link
+from pgqueue.worker.connections import Link, answered
 from pgqueue.worker.service import Service
 
 logger = logging.getLogger("pgqueue.worker")
@@ -196,13 +196,13 @@ class Producer(Service):
         token = secrets.randbits(63)  # fences every outcome of this claim (lease_token)
         params = self._claim_params | extra | {"queues": list(queues), "limit": limit,
                                                "token": token}
-        async with self._link.applied(conn):
+        async with answered("a claim"), self._link.applied(conn):
             return await query.all(conn, params, prepare=self._link.prepare)
 
     async def _seconds_until_next_job(self) -> float:
         """How long until the next scheduled job is due (capped by the poll interval)."""
         conn = await self.connection()
-        async with self._link.applied(conn):
+        async with answered("reading when the next job is due"), self._link.applied(conn):
             row = await self._queries.next_run_at.one(
                 conn, {"queues": self._queues}, prepare=self._link.prepare)
         if row.next_run_at is None:

@@ -92,3 +92,12 @@ DEREGISTER_TIMEOUT: Final = 5.0
 # then holds statements silently until its own timeout (PgBouncer's query_wait_timeout,
 # 120 s by default). worker/connections.py.
 SERVER_WAIT: Final = 10.0
+
+# How long a claim, a batch of outcomes or a heartbeat may go without an answer before its
+# service gives up on the connection and reconnects, with a warning. A statement that
+# never returns and never fails (a pooler that stopped forwarding, a peer that accepts
+# and stays silent, a lock held by a forgotten transaction) would otherwise stall the
+# worker in silence: its heartbeat renewing the leases of jobs that never finish.
+# Longer than any of these statements takes in health (milliseconds), shorter than the
+# default lease.
+STALL_TIMEOUT: Final = 20.0

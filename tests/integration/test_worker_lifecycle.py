@@ -15,9 +15,16 @@ import psycopg
 import pytest
 
 from pgqueue import DatabaseUnavailable, JobContext, Queue, SchemaOutOfDate
-from pgqueue.worker import BackgroundWorker, Worker, WorkerSettings
+from pgqueue.worker import BackgroundWorker, Worker, WorkerSettings, timings
 from tests._polling import async_wait_until
-from tests.integration._worker_helpers import aexecute, arow, run_burst, worker_settings
+from tests.integration._worker_helpers import (
+    aexecute,
+    arow,
+    background_worker,
+    row,
+    run_burst,
+    worker_settings,
+)
 
 
 async def start(queue: Queue, **settings: object) -> tuple[Worker, asyncio.Task[int]]:
@@ -236,3 +243,31 @@ def row_count(dsn: str, query: str) -> int:
         found = conn.execute(query.encode()).fetchone()
     assert found is not None
     return int(found[0])
+
+
+async def test_a_claim_that_gets_no_answer_is_abandoned_logged_and_retried(
+    aq: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A statement that neither returns nor fails (here: a claim waiting on a lock that a
+    forgotten transaction holds) used to stall the worker in silence while its heartbeat
+    kept renewing leases. It now gives up after timings.STALL_TIMEOUT, says so, and tries
+    again on a new connection."""
+    monkeypatch.setattr(timings, "STALL_TIMEOUT", 0.5)
+
+    @aq.task(name="noop")
+    async def noop() -> None: ...
+
+    job = await noop.using(run_in=1.0).enqueue_async()  # due after the lock is taken
+    async with background_worker(aq, poll_interval=0.2):
+        async with await psycopg.AsyncConnection.connect(dsn) as blocker:
+            # The claim reads pgqueue.queues (paused queues); the heartbeat does not.
+            await blocker.execute("LOCK TABLE pgqueue.queues IN ACCESS EXCLUSIVE MODE")
+            await async_wait_until(
+                lambda: "no answer from the database within 0.5s (a claim)" in caplog.text,
+                timeout=15, message="the stalled claim to be reported")
+            assert (await arow(dsn, job.id) or {})["status"] == "queued"
+            await blocker.rollback()
+        await async_wait_until(lambda: (row(dsn, job.id) or {}).get("status") == "succeeded",
+                               timeout=15, message="the job to run once the lock is gone")
+    assert "Claiming jobs failed (no answer from the database within 0.5s (a claim)" in \
+        caplog.text
