@@ -98,7 +98,7 @@ def set_queue(
         str | None,
         typer.Option("--priority-aging", metavar="DURATION|none", show_default=False,
                      help="Raise a waiting job's priority by one for each DURATION it has "
-                          "waited (at least 1s), so low priorities cannot starve. none: "
+                          "waited (0.1s to a year), so low priorities cannot starve. none: "
                           "no aging."),
     ] = None,
 ) -> None:

@@ -32,7 +32,8 @@ class Unset(Enum):
 
 UNSET: Final = Unset.UNSET
 
-# The longest priority-aging step (the column's CHECK says the same).
+# The shortest and longest priority-aging steps (the column's CHECK says the same).
+MIN_AGING_STEP: Final = 0.1
 MAX_AGING_STEP: Final = 365 * 86400
 
 # The SQLSTATE the insert trigger raises for an enqueue beyond a queue's max_queued.
@@ -106,15 +107,16 @@ def queue_info(queries: Queries, name: str) -> Plan[QueueInfo]:
 
 
 def priority_aging(value: Any) -> float | None:
-    """A valid ``priority_aging``: seconds per step from 1 to a year (or ``"30s"``,
+    """A valid ``priority_aging``: seconds per step from 0.1 to a year (or ``"30s"``,
     ``"5m"``, a timedelta), or None (no aging)."""
     if value is None:
         return None
     seconds = parse_duration(value, what="priority_aging")
-    if not 1 <= seconds <= MAX_AGING_STEP:
+    if not MIN_AGING_STEP <= seconds <= MAX_AGING_STEP:
         raise ConfigurationError(
-            f"invalid priority_aging {short_repr(value)}: seconds per priority step from 1 "
-            f"to {MAX_AGING_STEP} (a year), e.g. 60 or '5m', or None for no aging")
+            f"invalid priority_aging {short_repr(value)}: seconds per priority step from "
+            f"{MIN_AGING_STEP:g} to {MAX_AGING_STEP} (a year), e.g. 60 or '5m', or None for "
+            "no aging")
     return seconds
 
 

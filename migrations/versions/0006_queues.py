@@ -25,11 +25,12 @@ holds only the queues someone configured and stays a handful of rows.
   from an old snapshot. The trigger function runs as its owner (``SECURITY DEFINER``,
   with a fixed ``search_path``): an enqueue-only role needs no privilege on ``queues``.
 
-* ``priority_aging``: seconds per priority step. Each time that much has passed
-  (``aged_at``), one worker's maintenance round raises by one the priority of every
-  ready job of the queue that has waited at least one step, so a low priority cannot
-  starve under a stream of higher ones. The claim is unchanged: still one walk of the
-  claim index, which the raised priorities reorder.
+* ``priority_aging``: seconds per priority step. Once a step has passed since
+  ``aged_at``, one worker's maintenance round raises the priority of each ready job of
+  the queue by the steps it waited since then (one per step, several when the step is
+  shorter than a round), so a low priority cannot starve under a stream of higher ones.
+  The claim is unchanged: still one walk of the claim index, which the raised
+  priorities reorder.
 
 Workers of ``0005`` keep working against this schema (they claim paused queues too).
 """
@@ -73,7 +74,7 @@ UPGRADE = [
         CONSTRAINT queues_name_check CHECK (length(name) BETWEEN 1 AND 200),
         CONSTRAINT queues_max_queued_check CHECK (max_queued IS NULL OR max_queued >= 1),
         CONSTRAINT queues_priority_aging_check
-            CHECK (priority_aging IS NULL OR priority_aging BETWEEN 1 AND 31536000)
+            CHECK (priority_aging IS NULL OR priority_aging BETWEEN 0.1 AND 31536000)
     )
     """,
     "COMMENT ON TABLE {schema}.queues IS "
@@ -82,8 +83,8 @@ UPGRADE = [
     "COMMENT ON COLUMN {schema}.queues.paused IS "
     "'No worker claims jobs of a paused queue; enqueueing into it keeps working.'",
     "COMMENT ON COLUMN {schema}.queues.priority_aging IS "
-    "'Seconds per priority step: every ready job that has waited this long gets one "
-    "more priority, each time this much passes (maintenance). NULL: no aging.'",
+    "'Seconds per priority step: a ready job gains one priority per step it waits "
+    "(raised by maintenance). NULL: no aging.'",
     "COMMENT ON COLUMN {schema}.queues.aged_at IS "
     "'When the queue''s priorities were last aged (one maintenance round does it).'",
     "COMMENT ON COLUMN {schema}.queues.max_queued IS "

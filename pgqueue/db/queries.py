@@ -681,25 +681,33 @@ class Queries:
         ON CONFLICT (name) DO UPDATE
            SET priority_aging = EXCLUDED.priority_aging, updated_at = now()
     """)
-    # Priority aging (maintenance): for each queue whose step has passed since it was last
-    # aged, one worker wins the row (the conditional UPDATE; the others find it aged and
-    # skip) and raises by one the priority of each of its ready jobs that has waited a
-    # step. Returns how many jobs were raised.
+    # Priority aging (maintenance): each queue with priority_aging whose step has passed
+    # since it was last aged is taken by one worker (FOR UPDATE SKIP LOCKED: the others
+    # skip it), marked aged now, and each of its ready jobs that has waited a step gains
+    # one priority per step since the queue was last aged, at most one per step it has
+    # waited (steps shorter than a maintenance round add several at once). Returns how
+    # many jobs were raised.
     age_priorities = _Typed(AgedJobs, """
         WITH due AS (
-            UPDATE {schema}.queues
-               SET aged_at = now()
+            SELECT name, priority_aging AS step, aged_at
+              FROM {schema}.queues
              WHERE priority_aging IS NOT NULL
                AND (aged_at IS NULL
                     OR aged_at <= now() - make_interval(secs => priority_aging))
-            RETURNING name, priority_aging
+               FOR UPDATE SKIP LOCKED
+        ),
+        marked AS (
+            UPDATE {schema}.queues q SET aged_at = now() FROM due WHERE q.name = due.name
         ),
         raised AS (
             UPDATE {schema}.jobs j
-               SET priority = j.priority + 1
+               SET priority = LEAST(32767, j.priority + LEAST(
+                       floor(extract(epoch FROM now() - j.run_at) / due.step),
+                       floor(extract(epoch FROM now() - COALESCE(due.aged_at, j.run_at))
+                             / due.step)))::smallint
               FROM due
              WHERE j.queue = due.name AND j.status = 'queued' AND j.priority < 32767
-               AND j.run_at <= now() - make_interval(secs => due.priority_aging)
+               AND j.run_at <= now() - make_interval(secs => due.step)
             RETURNING j.id
         )
         SELECT count(*) AS raised FROM raised

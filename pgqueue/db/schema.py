@@ -229,9 +229,8 @@ def _queues(metadata: MetaData, schema: str) -> Table:
                        "insert beyond it fails with SQLSTATE PQ001 (QueueFull). NULL: "
                        "unbounded."),
         Column("priority_aging", Double,
-               comment="Seconds per priority step: every ready job that has waited this "
-                       "long gets one more priority, each time this much passes "
-                       "(maintenance). NULL: no aging."),
+               comment="Seconds per priority step: a ready job gains one priority per "
+                       "step it waits (raised by maintenance). NULL: no aging."),
         Column("aged_at", _TIMESTAMPTZ,
                comment="When the queue's priorities were last aged (one maintenance round "
                        "does it)."),
@@ -240,7 +239,7 @@ def _queues(metadata: MetaData, schema: str) -> Table:
         CheckConstraint("length(name) BETWEEN 1 AND 200", name="queues_name_check"),
         CheckConstraint("max_queued IS NULL OR max_queued >= 1",
                         name="queues_max_queued_check"),
-        CheckConstraint("priority_aging IS NULL OR priority_aging BETWEEN 1 AND 31536000",
+        CheckConstraint("priority_aging IS NULL OR priority_aging BETWEEN 0.1 AND 31536000",
                         name="queues_priority_aging_check"),
         schema=schema,
         comment="pgqueue queue settings: one row per configured queue; a queue without a row "

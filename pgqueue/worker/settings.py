@@ -7,6 +7,7 @@ timings are explained together.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import (
@@ -131,6 +132,11 @@ class WorkerSettings(BaseModel):
         return data
 
 
+# What follows the last colon of a --queues entry when it gives slots (signed, so that
+# "email:-2" is refused rather than taken for a queue of that name).
+_SLOTS = re.compile(r"[+-]?\d+")
+
+
 def parse_queues(value: Any) -> tuple[list[str], dict[str, int]]:
     """Queue names in the order given, and the slots of those given as ``name:N``.
 
@@ -152,7 +158,7 @@ def parse_queues(value: Any) -> tuple[list[str], dict[str, int]]:
     slots: dict[str, int] = {}
     for entry in filter(None, entries):
         name, colon, count = entry.rpartition(":")
-        if not (colon and count.isdigit()):
+        if not (colon and _SLOTS.fullmatch(count.strip())):
             name, count = entry, ""
         name = queue_name(name)
         if name in names:

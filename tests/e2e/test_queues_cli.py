@@ -137,10 +137,10 @@ def test_bad_queue_commands_say_what_is_wrong(dsn: str) -> None:
         assert result.returncode == 2, (args, result.stderr)
         errors = [line for line in result.stderr.splitlines() if "Error" in line]
         assert len(errors) == 1 and fragment in errors[0], (args, result.stderr)
-    result = pgq("queues", "set", "email", "--priority-aging", "0.5s", "--dsn", dsn)
+    result = pgq("queues", "set", "email", "--priority-aging", "50ms", "--dsn", dsn)
     assert result.returncode == 1
-    assert result.stderr.startswith("error: invalid priority_aging '0.5s': seconds per "
-                                    "priority step from 1")
+    assert result.stderr.startswith("error: invalid priority_aging '50ms': seconds per "
+                                    "priority step from 0.1")
     result = pgq("queues", "pause", "a,b", "--dsn", dsn)
     assert result.returncode == 1
     assert result.stderr.strip() == ("error: invalid queue 'a,b': must not contain ',' (a "
@@ -238,9 +238,10 @@ def test_queues_are_claimed_in_the_order_given(chaos_dsn: str, processes: Proces
 
 
 def _saturate(dsn: str, stop: threading.Event) -> None:
-    """Priority-0 jobs into 'aged' and 'plain', faster than one slot runs them."""
+    """Priority-10 jobs into 'aged' and 'plain', faster than one slot runs them."""
     with chaos_app(dsn) as app:
-        tasks = [app.hold.using(queue="aged"), app.hold.using(queue="plain")]
+        tasks = [app.hold.using(queue="aged", priority=10),
+                 app.hold.using(queue="plain", priority=10)]
         n = 0
         while not stop.wait(0.03):
             tasks[n % 2].enqueue(0.05)
@@ -250,20 +251,25 @@ def _saturate(dsn: str, stop: threading.Event) -> None:
 def test_priority_aging_lets_a_low_priority_job_through_a_saturating_stream(
     chaos_dsn: str, processes: Processes
 ) -> None:
-    ok("queues", "set", "aged", "--priority-aging", "1s", "--dsn", chaos_dsn)
+    # A priority -10 job under a stream of priority 10 ones: 21 steps of 0.1 s put it
+    # ahead of every job that arrived after it.
+    ok("queues", "set", "aged", "--priority-aging", "0.1s", "--dsn", chaos_dsn)
     worker = processes.start_worker(chaos_dsn, concurrency=1, extra=["--prefetch", "0"])
     with _in_background(_saturate, chaos_dsn):
         wait_until(lambda: scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE "
                                              "status = 'queued'") >= 20,
                    timeout=30, message="a backlog to build up")
         with chaos_app(chaos_dsn) as app:
-            aged = app.hold.using(queue="aged", priority=-2).enqueue(0.01)
-            plain = app.hold.using(queue="plain", priority=-2).enqueue(0.01)
-        # Two steps of aging bring it level with the stream, a third ahead of every job
-        # that came later; the backlog in front of it is what is left to wait for.
+            aged = app.hold.using(queue="aged", priority=-10).enqueue(0.01)
+            plain = app.hold.using(queue="plain", priority=-10).enqueue(0.01)
+        # Then it waits only for the jobs in front of it: those that came before it, or
+        # within its first 21 steps.
         wait_until(lambda: scalar(chaos_dsn, "SELECT started_at FROM pgqueue.jobs WHERE "
                                              "id = %s", (aged.id,)) is not None,
                    timeout=45, message=f"the aged low-priority job to start\n{worker.log()}")
+        waited = scalar(chaos_dsn, "SELECT started_at - created_at FROM pgqueue.jobs "
+                                   "WHERE id = %s", (aged.id,))
+        print(f"the priority -10 job started after {waited}")
         backlog = scalar(chaos_dsn, "SELECT count(*) FROM pgqueue.jobs WHERE status = "
                                     "'queued' AND queue = 'plain'")
         # The same job in a queue without aging still waits behind the stream.

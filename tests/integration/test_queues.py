@@ -105,7 +105,7 @@ def test_pause_resume_and_settings_show_in_queues(q: Queue) -> None:
     (lambda q: q.set_queue("x", max_queued=True), "invalid max_queued True"),
     (lambda q: q.set_queue("x", max_queued=2**31), "invalid max_queued 2147483648"),
     (lambda q: q.set_queue("x", max_queued="10"), "invalid max_queued '10'"),
-    (lambda q: q.set_queue("x", priority_aging=0.5), "invalid priority_aging 0.5"),
+    (lambda q: q.set_queue("x", priority_aging=0.05), "invalid priority_aging 0.05"),
     (lambda q: q.set_queue("x", priority_aging="2y"), "priority_aging"),
     (lambda q: q.set_queue("x", priority_aging=10**9), "invalid priority_aging"),
     (lambda q: q.set_queue("x", priority_aging=1, max_queued=0), "invalid max_queued 0"),
@@ -297,7 +297,9 @@ def test_the_sql_function_refuses_bad_input_naming_the_field(
 # -- priority aging ------------------------------------------------------------------------
 
 
-async def test_maintenance_raises_waiting_priorities_once_per_step(aq: Queue, dsn: str) -> None:
+async def test_maintenance_raises_waiting_priorities_by_the_steps_they_waited(
+    aq: Queue, dsn: str
+) -> None:
     @aq.task(name="noop")
     async def noop() -> None: ...
 
@@ -313,8 +315,11 @@ async def test_maintenance_raises_waiting_priorities_once_per_step(aq: Queue, ds
         maintenance = Maintenance(connect=WorkerConnections(dsn, "aging").link(),
                                   queries=aq.queries)
         try:
-            assert await maintenance.age_priorities() == 1  # only the one that waited
+            # Only the one that waited: two steps, so two more priority at once.
+            assert await maintenance.age_priorities() == 1
+            assert (row(dsn, waited.id) or {})["priority"] == 2
             assert await maintenance.age_priorities() == 0  # the step has not passed
+            # One step since the queue was last aged: one more, however long it waited.
             await conn.execute("UPDATE pgqueue.queues SET aged_at = now() - "
                                "interval '61 seconds' WHERE name = 'aged'")
             assert await maintenance.age_priorities() == 1
@@ -322,4 +327,4 @@ async def test_maintenance_raises_waiting_priorities_once_per_step(aq: Queue, ds
             await maintenance.close()
     priorities = {job.id: (row(dsn, job.id) or {})["priority"]
                   for job in (waited, fresh, plain, later)}
-    assert priorities == {waited.id: 2, fresh.id: 3, plain.id: 0, later.id: 0}
+    assert priorities == {waited.id: 3, fresh.id: 3, plain.id: 0, later.id: 0}
