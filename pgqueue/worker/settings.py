@@ -110,6 +110,17 @@ class WorkerSettings(BaseModel):
         return dsn
 
     @model_validator(mode="after")
+    def _slots_of_listed_queues(self) -> WorkerSettings:
+        unknown = sorted(set(self.queue_slots) - set(self.queues))
+        if unknown:
+            raise ValueError(f"queue_slots names {', '.join(map(repr, unknown))}, which "
+                             "queues does not list; give slots in queues as name:N, e.g. "
+                             "'email:2,default:8'")
+        if any(not 1 <= n <= 10_000 for n in self.queue_slots.values()):
+            raise ValueError("queue_slots must be whole numbers from 1 to 10000")
+        return self
+
+    @model_validator(mode="after")
     def _listen_or_not(self) -> WorkerSettings:
         if self.listen_dsn is not None and not self.listen:
             raise ValueError("give a listen DSN (--listen-dsn) or no listening "

@@ -68,3 +68,38 @@ def test_bad_settings_are_one_line_configuration_errors(
     assert "\n" not in str(raised.value)
     with pytest.raises(ConfigurationError):
         Queue(dsn="postgresql://u@h/db").worker_settings(**settings)
+
+
+@pytest.mark.parametrize(("queues", "extra", "names", "slots", "concurrency"), [
+    ("email:2,default:8", {}, ["email", "default"], {"email": 2, "default": 8}, 10),
+    ("email:2,default", {}, ["email", "default"], {"email": 2}, 8),  # not all: the default
+    ("email:2,default:8", {"concurrency": 4}, ["email", "default"],
+     {"email": 2, "default": 8}, 4),  # --concurrency stays the total
+    (["high", "default", "low"], {}, ["high", "default", "low"], {}, 8),
+    ({"email": 2, "bulk": None}, {}, ["email", "bulk"], {"email": 2}, 8),
+    ("tenant:42:3", {}, ["tenant:42"], {"tenant:42": 3}, 3),  # slots after the last colon
+    ("email:x", {}, ["email:x"], {}, 8),  # not a number: part of the name
+    ("email:+3", {}, ["email"], {"email": 3}, 3),
+])
+def test_queue_lists_with_slots(
+    queues: Any, extra: dict[str, Any], names: list[str], slots: dict[str, int],
+    concurrency: int,
+) -> None:
+    settings = WorkerSettings(queues=queues, **extra)
+    assert (settings.queues, settings.queue_slots, settings.concurrency) == (
+        names, slots, concurrency)
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"queues": "email:0"}, "invalid worker setting queues: 'email:0': slots must be"),
+    ({"queues": "email:-2"}, "invalid worker setting queues: 'email:-2': slots must be"),
+    ({"queues": "email:10001"}, "slots must be a whole number from 1 to 10000"),
+    ({"queues": "a,b,a"}, "invalid worker setting queues: 'a' is given twice"),
+    ({"queues": "a,b,c:2,a:3"}, "'a' is given twice"),
+    ({"queues": 5}, "invalid worker setting queues: an int"),
+    ({"queue_slots": {"x": 2}}, "queue_slots names 'x', which queues does not list"),
+])
+def test_bad_queue_slots_are_one_line_errors(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        WorkerSettings(**settings)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
