@@ -290,7 +290,8 @@ class Worker:
         self.request_stop()
 
     async def _wait_for_database(self) -> None:
-        """Connect and check the schema, retrying for ``connect_timeout``."""
+        """Connect, check the schema and register (the first heartbeat, which inserts the
+        worker's row before the first claim), retrying for ``connect_timeout``."""
         deadline = time.monotonic() + self.settings.connect_timeout
         backoff = Backoff(base=0.5, cap=5.0)
 
@@ -300,6 +301,7 @@ class Worker:
                 await check_schema_async(conn, self.queue.schema)
             finally:
                 await conn.close()
+            await self.heartbeat.beat()
 
         def failed(exc: Exception, delay: float) -> float:
             remaining = deadline - time.monotonic()
@@ -319,7 +321,6 @@ class Worker:
         """Run until stopped; returns the process exit status (0 for a clean stop)."""
         self._loop = asyncio.get_running_loop()
         await self._wait_for_database()
-        await self.heartbeat.beat()  # registers the worker row before the first claim
         self._registered.set()
         self._handles_signals = self.settings.install_signal_handlers
         if self._handles_signals and threading.current_thread() is not threading.main_thread():

@@ -271,3 +271,31 @@ async def test_a_claim_that_gets_no_answer_is_abandoned_logged_and_retried(
                                timeout=15, message="the job to run once the lock is gone")
     assert "Claiming jobs failed (no answer from the database within 0.5s (a claim)" in \
         caplog.text
+
+
+async def test_a_worker_starting_while_its_row_cannot_be_written_waits_and_says_so(
+    aq: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first heartbeat (the worker's registration) is retried for connect_timeout like
+    the connection itself, instead of waiting forever or failing at once."""
+    monkeypatch.setattr(timings, "STALL_TIMEOUT", 0.5)
+
+    @aq.task(name="noop")
+    async def noop() -> None: ...
+
+    async with await psycopg.AsyncConnection.connect(dsn) as blocker:
+        await blocker.execute("LOCK TABLE pgqueue.workers IN ACCESS EXCLUSIVE MODE")
+        worker = Worker(aq, worker_settings(connect_timeout=30))
+        task = asyncio.create_task(worker.run())
+        await async_wait_until(
+            lambda: "no answer from the database within 0.5s (a heartbeat)" in caplog.text,
+            timeout=15, message="the stalled registration to be reported")
+        assert not task.done()
+        await blocker.rollback()
+    await async_wait_until(lambda: worker.ready.is_set(), timeout=15,
+                           message="the worker to register once the lock is gone")
+    job = await noop.enqueue_async()
+    await async_wait_until(lambda: (row(dsn, job.id) or {}).get("status") == "succeeded",
+                           timeout=15, message="the job to run")
+    worker.request_stop()
+    assert await asyncio.wait_for(task, 30) == 0
