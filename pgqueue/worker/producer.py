@@ -137,9 +137,12 @@ class Producer(Service):
         the claim index."""
         scope = tuple(self._queues) if queues is None else queues
         # Each variant is its own statement, with its own plan (see queries._claim).
-        q = self._queries
-        head, after = ((q.claim_jobs_in_queues, q.claim_jobs_in_queues_after) if scope
-                       else (q.claim_jobs_any_queue, q.claim_jobs_any_queue_after))
+        if scope:
+            head = self._queries.claim_jobs_in_queues
+            after = self._queries.claim_jobs_in_queues_after
+        else:
+            head = self._queries.claim_jobs_any_queue
+            after = self._queries.claim_jobs_any_queue_after
         wakes = self._wakes
         complete = True  # False if the top-up claim failed
         jobs: list[ClaimedJob] = []
