@@ -263,6 +263,14 @@ def demo(
         left = queue.purge_queue(name)
         if left:
             say(f"[green]✓[/] removed {left:,} jobs an earlier demo left in queue {name!r}")
+        # Settings someone tried on the demo's queue (pgq queues pause demo) would hold its
+        # jobs: the demo's queue runs with the defaults.
+        state = queue.set_queue(name)
+        if state.paused or any(value is not None for value in state.settings.values()):
+            queue.resume_queue(name)
+            queue.set_queue(name, max_queued=None, priority_aging=None)
+            say(f"[green]✓[/] reset queue {name!r} to its defaults (it was "
+                f"{'paused' if state.paused else 'configured'}: pgq queues list)")
         started = time.monotonic()
         statements = _enqueue(mix, name)
         enqueue_seconds = time.monotonic() - started

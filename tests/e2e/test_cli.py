@@ -405,6 +405,17 @@ def test_demo_with_dsn(dsn: str) -> None:
     check_demo_summary(json_of("demo", "--jobs", "300", "--dsn", dsn), 300)
 
 
+def test_demo_runs_even_after_its_queue_was_paused_or_bounded(dsn: str) -> None:
+    ok("queues", "pause", "demo", "--dsn", dsn)
+    ok("queues", "set", "demo", "--max-queued", "10", "--dsn", dsn)
+    result = ok("demo", "--jobs", "300", "--dsn", dsn)
+    assert "reset queue 'demo' to its defaults (it was paused" in result.stdout
+    assert "pgqueue demo: summary" in result.stdout
+    (demo,) = json_of("queues", "list", "--dsn", dsn)
+    assert (demo["paused"], demo["settings"]) == (False, {"max_queued": None,
+                                                          "priority_aging": None})
+
+
 def test_demo_embedded_in_a_fresh_directory(workdir: Path) -> None:
     result = ok("demo", "--jobs", "300", "--embedded", "--concurrency", "8", cwd=workdir)
     assert (workdir / ".pgqueue").is_dir()
