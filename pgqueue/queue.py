@@ -363,15 +363,14 @@ class Queue:
         """
         name = queue_name(queue)
         # Checked before anything is written: one bad setting changes nothing.
-        bound = None if max_queued is queues.UNSET else queues.max_queued(max_queued)
-        aging = (None if priority_aging is queues.UNSET
-                 else queues.priority_aging(priority_aging))
-        info: QueueInfo | None = None
+        changes: dict[str, Any] = {}
         if max_queued is not queues.UNSET:
-            info = self.run_plan(queues.set_max_queued(self.queries, name, bound))
+            changes["max_queued"] = queues.max_queued(max_queued)
         if priority_aging is not queues.UNSET:
-            info = self.run_plan(queues.set_priority_aging(self.queries, name, aging))
-        return info or self.run_plan(queues.queue_info(self.queries, name))
+            changes["priority_aging"] = queues.priority_aging(priority_aging)
+        if not changes:
+            return self.run_plan(queues.queue_info(self.queries, name))
+        return self.run_plan(queues.set_settings(self.queries, name, changes))
 
     def queues(self) -> list[QueueInfo]:
         """Every queue that has jobs or settings, by name: state, settings, counts."""

@@ -20,8 +20,7 @@ from pgqueue.errors import ConfigurationError, a_type
 from pgqueue.settings import parse_duration
 
 __all__ = ["QUEUE_FULL", "UNSET", "QueueInfo", "Unset", "list_queues", "max_queued",
-           "pause_queue", "priority_aging", "queue_info", "set_max_queued",
-           "set_priority_aging"]
+           "pause_queue", "priority_aging", "queue_info", "set_settings"]
 
 
 class Unset(Enum):
@@ -84,17 +83,12 @@ def pause_queue(queries: Queries, name: str, *, paused: bool) -> Plan[QueueInfo]
     return (yield from queue_info(queries, name))
 
 
-def set_max_queued(queries: Queries, name: str, value: int | None) -> Plan[QueueInfo]:
-    """Bound (or, with None, unbound) ``name``; its state afterwards."""
-    yield Statement(queries.set_queue_max_queued, {"name": name, "max_queued": value},
+def set_settings(queries: Queries, name: str, changes: dict[str, Any]) -> Plan[QueueInfo]:
+    """Give ``name`` the settings in ``changes`` (None clears one; the others keep their
+    value), in one statement; its state afterwards."""
+    params = {"name": name, "max_queued": None, "priority_aging": None} | changes
+    yield Statement(queries.set_queue_settings, params | {"given": list(changes)},
                     fetch="rowcount")
-    return (yield from queue_info(queries, name))
-
-
-def set_priority_aging(queries: Queries, name: str, value: float | None) -> Plan[QueueInfo]:
-    """Age (or, with None, stop aging) ``name``'s priorities; its state afterwards."""
-    yield Statement(queries.set_queue_priority_aging,
-                    {"name": name, "priority_aging": value}, fetch="rowcount")
     return (yield from queue_info(queries, name))
 
 

@@ -671,15 +671,17 @@ class Queries:
         ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()
          WHERE q.paused IS DISTINCT FROM EXCLUDED.paused
     """)
-    set_queue_max_queued = _Plain("""
-        INSERT INTO {schema}.queues AS q (name, max_queued) VALUES (%(name)s, %(max_queued)s)
-        ON CONFLICT (name) DO UPDATE SET max_queued = EXCLUDED.max_queued, updated_at = now()
-    """)
-    set_queue_priority_aging = _Plain("""
-        INSERT INTO {schema}.queues AS q (name, priority_aging)
-        VALUES (%(name)s, %(priority_aging)s)
+    # The settings given (%(given)s names them) take their new value, the others keep
+    # theirs; a new row gets the given ones and the defaults.
+    set_queue_settings = _Plain("""
+        INSERT INTO {schema}.queues AS q (name, max_queued, priority_aging)
+        VALUES (%(name)s, %(max_queued)s, %(priority_aging)s)
         ON CONFLICT (name) DO UPDATE
-           SET priority_aging = EXCLUDED.priority_aging, updated_at = now()
+           SET max_queued = CASE WHEN 'max_queued' = ANY(%(given)s::text[])
+                                 THEN EXCLUDED.max_queued ELSE q.max_queued END,
+               priority_aging = CASE WHEN 'priority_aging' = ANY(%(given)s::text[])
+                                     THEN EXCLUDED.priority_aging ELSE q.priority_aging END,
+               updated_at = now()
     """)
     # Priority aging (maintenance): each queue with priority_aging whose step has passed
     # since it was last aged is taken by one worker (FOR UPDATE SKIP LOCKED: the others
