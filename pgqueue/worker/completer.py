@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -78,13 +78,15 @@ class Completer(Service):
     def unrecorded(self) -> int:
         """Final outcomes not yet committed. Their jobs still read ``running`` in SQL, so
         the worker counts them against its slots (what SQL shows stays true)."""
-        return (sum(1 for o in self._pending.values() if o.final)
-                + sum(1 for o in self._batch if o.final))
+        return sum(1 for _ in self._unrecorded())
 
     def unrecorded_in(self, queue: str) -> int:
         """:attr:`unrecorded` for one queue (per-queue slots)."""
-        return (sum(1 for o in self._pending.values() if o.final and o.queue == queue)
-                + sum(1 for o in self._batch if o.final and o.queue == queue))
+        return sum(1 for o in self._unrecorded() if o.queue == queue)
+
+    def _unrecorded(self) -> Iterator[Outcome]:
+        yield from (o for o in self._pending.values() if o.final)
+        yield from (o for o in self._batch if o.final)
 
     @property
     def idle(self) -> bool:

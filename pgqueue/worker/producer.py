@@ -81,6 +81,7 @@ class Producer(Service):
         # (``_claim_in_order``); ``queue_room(q)`` is how many more of q's jobs may be held.
         self._in_order = len(queues) > 1 or queue_room is not None
         self._queue_room = queue_room
+        self._queue_rank = {queue: n for n, queue in enumerate(queues)}
         # Per claim scope (every queue, or one queue): the last job claimed, in claim
         # order, while no wake-up happened since; the next claim resumes behind it. No
         # entry: claim from the head of the claim index.
@@ -257,8 +258,7 @@ class Producer(Service):
         if self._in_order:
             jobs, more, capped = await self._claim_in_order(limit)
             # Queue by queue, in order; within a queue, claim order.
-            order = {queue: n for n, queue in enumerate(self._queues)}
-            jobs.sort(key=lambda job: (order.get(job.queue, 0), *_claim_order(job)))
+            jobs.sort(key=lambda job: (self._queue_rank.get(job.queue, 0), *_claim_order(job)))
         else:
             jobs = await self.claim(limit)
             more = len(jobs) == limit
