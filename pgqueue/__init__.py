@@ -26,6 +26,15 @@ from pgqueue.job import Job
 from pgqueue.queue import Queue
 from pgqueue.queues import QueueInfo
 from pgqueue.task import Task
+from pgqueue.workflows import (
+    TaskSignature,
+    Workflow,
+    WorkflowHandle,
+    WorkflowStep,
+    chain,
+    chord,
+    group,
+)
 
 __version__ = "0.1.0"
 
@@ -49,5 +58,12 @@ __all__ = [
     "Snooze",
     "Task",
     "TaskNotFound",
+    "TaskSignature",
+    "Workflow",
+    "WorkflowHandle",
+    "WorkflowStep",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]

@@ -107,7 +107,7 @@ class Signature:
         return self._resolved[1]
 
     def prepare(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], *, leading: int = 0
     ) -> tuple[list[Any], dict[str, Any]]:
         """Bind and validate; return JSON-ready positional and keyword values.
 
@@ -116,12 +116,16 @@ class Signature:
         enqueued with ``user_id=...``. Binding to the signature only validates. Annotated
         values are validated and converted to their JSON form by pydantic; other values
         are returned as given (``json.dumps`` decides later whether they fit).
+
+        ``leading``: how many positional values the job will receive in front of ``args``
+        when it runs (a workflow step receives its predecessors' results there); they
+        take the first parameters, and ``args`` are checked against the ones after them.
         """
         signature, _, adapters = self._resolved
-        if not adapters and self._fits_plainly(args, kwargs):
+        if not leading and not adapters and self._fits_plainly(args, kwargs):
             return list(args), kwargs
         try:
-            signature.bind(*args, **kwargs)
+            signature.bind(*((None,) * leading), *args, **kwargs)
         except TypeError as exc:
             raise ArgumentError(f"task {self.task_name!r}: {exc}") from None
         if not adapters:
@@ -131,7 +135,7 @@ class Signature:
             self._to_json(
                 positional[index] if index < len(positional) else var_positional, value, index
             )
-            for index, value in enumerate(args)
+            for index, value in enumerate(args, start=leading)
         ]
         encoded_kwargs = {
             name: self._to_json(by_keyword.get(name, var_keyword), value, name)
@@ -194,9 +198,12 @@ class Signature:
             return False
         return set(names[:required]) <= kwargs.keys() and kwargs.keys() <= set(names)
 
-    def encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EncodedArguments:
-        """Bind, validate and serialise arguments, or raise ArgumentError in one line."""
-        positional, keywords = self.prepare(args, kwargs)
+    def encode(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], *, leading: int = 0
+    ) -> EncodedArguments:
+        """Bind, validate and serialise arguments, or raise ArgumentError in one line
+        (``leading``: see :meth:`prepare`)."""
+        positional, keywords = self.prepare(args, kwargs, leading=leading)
         try:
             return EncodedArguments(dumps(positional), dumps(keywords))
         except (TypeError, ValueError) as exc:

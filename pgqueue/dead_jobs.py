@@ -74,10 +74,19 @@ class DeadRetryResult:
 def retry_dead(
     queries: Queries, *, ids: Sequence[int] | None, queue: str | None
 ) -> Plan[DeadRetryResult]:
-    """Move dead jobs back to ``queued`` keeping their ids; attempts start again at 0."""
+    """Move dead jobs back to ``queued`` keeping their ids; attempts start again at 0.
+
+    A retried workflow step resumes its workflow: the steps its death stopped come back
+    ``waiting`` for it, unless another step they depend on is still dead.
+    """
     params = {"ids": list(ids) if ids is not None else None, "queue": queue}
     rows = yield Statement(queries.retry_dead_jobs, params, fetch="all")
     retried = [row["id"] for row in rows if row["revived"]]
+    steps = [row["id"] for row in rows if row["revived"] and row["workflow_id"] is not None]
+    if steps:
+        yield Statement(queries.revive_workflow_steps, {"ids": steps})
+        workflows = sorted({row["workflow_id"] for row in rows if row["id"] in steps})
+        yield Statement(queries.stop_dead_workflow_steps, {"workflow_ids": workflows})
     refused = {
         row["id"]: RetryRefusal(row["id"], RefusalReason.KEY_HELD, row["idempotency_key"])
         for row in rows

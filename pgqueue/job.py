@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from pgqueue.queue import Queue
 
 FINISHED = frozenset({"succeeded", "cancelled", "dead"})
-API_STATUSES = ("queued", "scheduled", "running", "retrying", "succeeded", "cancelled", "dead")
+API_STATUSES = ("queued", "scheduled", "running", "retrying", "succeeded", "cancelled", "dead",
+                "waiting")
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Job:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     expires_at: datetime | None = None
+    workflow_id: int | None = None
     error: str | None = None
     failed_at: datetime | None = None
     _queue: Queue | None = field(default=None, repr=False, compare=False)

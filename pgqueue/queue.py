@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import dead_jobs, queues
+from pgqueue import dead_jobs, queues, workflows
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
 from pgqueue.db.plans import Plan, run_async, run_sync
@@ -42,6 +42,7 @@ from pgqueue.settings import (
 )
 from pgqueue.stats import QueueStats, WorkerInfo, list_workers, queue_stats
 from pgqueue.task import Task
+from pgqueue.workflows import WorkflowHandle
 
 if TYPE_CHECKING:
     from pgqueue.worker.settings import WorkerSettings
@@ -302,6 +303,17 @@ class Queue:
             list_jobs(self.queries, status=status, queue=queue, task=task, limit=limit)
         )
         return [Job.from_row(row, self) for row in rows]
+
+    def get_workflow(self, workflow_id: int) -> WorkflowHandle | None:
+        """The workflow with this id (the id of its first step), or None once its last
+        step is gone."""
+        row = self.run_plan(workflows.get_workflow(self.queries, workflow_id))
+        return None if row is None else WorkflowHandle.from_row(row, self)
+
+    def cancel_workflow(self, workflow_id: int) -> dict[str, int]:
+        """Cancel a workflow's steps that have not started and ask its running ones to
+        stop; ``{"cancelled": n, "requested": m}``. Raises JobNotFound if unknown."""
+        return self.run_plan(workflows.cancel_workflow(self.queries, workflow_id))
 
     def cancel_job(self, job_id: int) -> Job:
         """Cancel a job: queued → cancelled, running → cancellation requested."""

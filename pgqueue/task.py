@@ -20,6 +20,7 @@ from pgqueue.options import ENQUEUE_OPTIONS, JobOptions
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
+    from pgqueue.workflows import TaskSignature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,6 +64,11 @@ class Task(Generic[P, R]):
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Insert one job with the task's default options; returns its Job."""
         return TaskCall(self, self.options, None).enqueue(*args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """A signature: this task with these arguments, a step of a chain, group, chord
+        or Workflow (see ``pgqueue.workflows``)."""
+        return TaskCall(self, self.options, None).s(*args, **kwargs)
 
     async def enqueue_async(self, *args: Any, **kwargs: Any) -> Job:
         """Async :meth:`enqueue`."""
@@ -134,6 +140,16 @@ class TaskCall:
 
     def _jobs_from(self, row: dict[str, Any], batch: EncodedBatch) -> EnqueuedJobs:
         return EnqueuedJobs(self, row, batch)
+
+    def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
+        """A workflow step with these options (see :meth:`Task.s`)."""
+        from pgqueue.workflows import TaskSignature
+
+        if self.conn is not None:
+            raise ConfigurationError(
+                "conn= is given to the workflow's enqueue(conn=...), not to one step"
+            )
+        return TaskSignature(self.task, args, kwargs, self.options)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> Job:
         """Insert one job; inside ``conn``'s transaction when given."""

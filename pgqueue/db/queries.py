@@ -63,6 +63,7 @@ class ClaimedJob:
     run_at: datetime
     created_at: datetime
     token: int  # this claim's lease_token: the fence of every outcome it records
+    workflow_id: int | None = None  # the workflow the job is a step of, if any
 
 
 class NextRunAt(NamedTuple):
@@ -118,14 +119,15 @@ JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "status", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
     "result", "meta", "timeout", "result_ttl", "cancel_requested", "created_at",
-    "started_at", "finished_at", "expires_at",
+    "started_at", "finished_at", "expires_at", "workflow_id",
 )
-# Columns of a dead job, in table order: the first ones a live job has too, then the
-# error that killed it and when.
+# Columns of a dead job: the ones a live job has too, then the error that killed it and
+# when (statements name the columns they insert, so the table's order does not matter).
 DEAD_JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "worker_id", "last_error", "meta", "timeout",
-    "result_ttl", "created_at", "started_at", "finished_at", "error", "failed_at",
+    "result_ttl", "created_at", "started_at", "finished_at", "workflow_id", "error",
+    "failed_at",
 )
 # The columns a live job shares with a dead one, as a select list over alias j.
 _SHARED = ", ".join("j." + c for c in DEAD_JOB_COLUMNS[:-2])
@@ -160,7 +162,7 @@ _DEAD_SELECT = (
     "j.attempts, j.max_attempts, j.idempotency_key, NULL::timestamptz AS lease_expires_at, "
     "j.worker_id, j.last_error, NULL::jsonb AS result, j.meta, j.timeout, j.result_ttl, "
     "false AS cancel_requested, j.created_at, j.started_at, j.finished_at, "
-    "NULL::timestamptz AS expires_at, "
+    "NULL::timestamptz AS expires_at, j.workflow_id, "
     "'dead' AS api_status, j.error, j.failed_at FROM {schema}.dead_jobs j"
 )
 
@@ -249,7 +251,7 @@ def _claim(*, in_queues: bool, after: bool) -> str:
          WHERE j.id = claimable.id
         RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts AS attempt,
                   j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at,
-                  j.lease_token AS token
+                  j.lease_token AS token, j.workflow_id
     """
 
 
@@ -504,6 +506,19 @@ class Queries:
         UNION ALL
         SELECT id, 'dead', queue, false, token FROM dead
     """)
+    # Before a batch that finishes workflow steps: lock the waiting steps that follow
+    # them, all at once and in id order. The triggers of revision 0007_workflows lock the
+    # successors of each finished step as its row is updated, in the order the batch
+    # updates rows; two batches finishing steps of the same workflows could take those
+    # locks in opposite orders and deadlock. Taken here first, in one order, they cannot.
+    lock_workflow_successors = _Plain("""
+        SELECT j.id FROM {schema}.jobs j
+         WHERE j.id IN (SELECT child_id FROM {schema}.workflow_edges
+                         WHERE parent_id = ANY(%(ids)s::bigint[]))
+           AND j.status = 'waiting'
+         ORDER BY j.id
+           FOR UPDATE
+    """)
     # -- ctx.transaction(): the task's writes and its completion commit together --------
     lock_running_job = _Plain("""
         SELECT id FROM {schema}.jobs
@@ -714,12 +729,111 @@ class Queries:
         )
         SELECT count(*) AS raised FROM raised
     """)
+    # -- Workflows (revision 0007_workflows; the triggers there do the rest) -------------
+    # A whole workflow in one statement: ids drawn in step order (so a step's id is above
+    # those of the steps it depends on: every writer that locks several steps locks them
+    # in id order), one jobs row per step, one workflow_edges row per dependency and the
+    # workflows row. %(steps)s is a JSON array of step objects, %(edges)s one of
+    # [parent, child, position, input] with 1-based step numbers. When a live job holds
+    # one of %(keys)s (the steps' idempotency keys), nothing is inserted and the holder
+    # comes back instead.
+    insert_workflow = _Plain("""
+        WITH held AS (
+            SELECT j.id, j.workflow_id FROM {schema}.jobs j
+             WHERE j.idempotency_key = ANY(%(keys)s::text[]) AND j.status <> 'cancelled'
+             ORDER BY j.id
+             LIMIT 1
+        ),
+        step AS (
+            SELECT s.ord, s.value,
+                   nextval(pg_get_serial_sequence(%(jobs_table)s, 'id')) AS id
+              FROM jsonb_array_elements(%(steps)s::jsonb) WITH ORDINALITY AS s(value, ord)
+             WHERE NOT EXISTS (SELECT FROM held)
+             ORDER BY s.ord
+        ),
+        first AS (SELECT min(id) AS id FROM step),
+        workflow AS (
+            INSERT INTO {schema}.workflows (id, kind, outputs, returns_list)
+            SELECT first.id, %(kind)s,
+                   ARRAY(SELECT step.id FROM unnest(%(outputs)s::int[]) WITH ORDINALITY
+                                              AS o(ord, position)
+                           JOIN step ON step.ord = o.ord ORDER BY o.position),
+                   %(returns_list)s
+              FROM first WHERE first.id IS NOT NULL
+        ),
+        inserted AS (
+            INSERT INTO {schema}.jobs
+                (id, workflow_id, status, queue, task, args, kwargs, priority, run_at,
+                 max_attempts, idempotency_key, meta, timeout, result_ttl)
+            SELECT step.id, first.id,
+                   CASE WHEN (step.value->>'waits')::boolean THEN 'waiting' ELSE 'queued' END,
+                   step.value->>'queue', step.value->>'task', step.value->'args',
+                   step.value->'kwargs', (step.value->>'priority')::smallint,
+                   COALESCE((step.value->>'run_at')::timestamptz,
+                            now() + make_interval(secs => (step.value->>'run_in')::float8)),
+                   (step.value->>'max_attempts')::int, step.value->>'idempotency_key',
+                   step.value->'meta', (step.value->>'timeout')::float8,
+                   (step.value->>'result_ttl')::int
+              FROM step, first
+        ),
+        edge AS (
+            INSERT INTO {schema}.workflow_edges (workflow_id, parent_id, child_id, position, input)
+            SELECT first.id, parent.id, child.id, (e.value->>2)::int, e.value->>3
+              FROM jsonb_array_elements(%(edges)s::jsonb) AS e(value)
+              JOIN step parent ON parent.ord = (e.value->>0)::int
+              JOIN step child ON child.ord = (e.value->>1)::int
+             CROSS JOIN first
+        )
+        SELECT (SELECT id FROM first) AS workflow_id,
+               ARRAY(SELECT id FROM step ORDER BY ord) AS ids,
+               (SELECT workflow_id FROM held) AS held_workflow_id,
+               (SELECT id FROM held) AS held_job_id
+    """)
+    select_workflow = _Plain("""
+        SELECT id, kind, outputs, returns_list, created_at
+          FROM {schema}.workflows WHERE id = %(id)s
+    """)
+    # Each step of a workflow, live or dead, with the steps it depends on.
+    select_workflow_steps = _Plain("""
+        SELECT s.*,
+               ARRAY(SELECT e.parent_id FROM {schema}.workflow_edges e
+                      WHERE e.child_id = s.id ORDER BY e.position) AS depends_on
+          FROM (""" + _LIVE_SELECT + """ WHERE j.workflow_id = %(id)s
+                UNION ALL """ + _DEAD_SELECT + """ WHERE j.workflow_id = %(id)s) AS s
+         ORDER BY s.id
+    """)
+    # Cancelling a workflow: its steps that have not started end cancelled (in id
+    # order, the locking order of every writer of several steps), and its running ones
+    # are asked to stop, as `pgq jobs cancel` does for one job.
+    cancel_workflow_steps = _Plain("""
+        WITH locked AS (
+            SELECT id FROM {schema}.jobs
+             WHERE workflow_id = %(id)s AND status IN ('queued', 'waiting')
+             ORDER BY id
+               FOR UPDATE
+        ),
+        cancelled AS (
+            UPDATE {schema}.jobs AS j
+               SET status = 'cancelled', finished_at = now(),
+                   last_error = format('cancelled with its workflow %%s', %(id)s::bigint),
+                   expires_at = now() + make_interval(secs => j.result_ttl)
+              FROM locked WHERE j.id = locked.id
+            RETURNING j.id
+        ),
+        requested AS (
+            UPDATE {schema}.jobs SET cancel_requested = true
+             WHERE workflow_id = %(id)s AND status = 'running'
+            RETURNING id
+        )
+        SELECT (SELECT count(*) FROM cancelled) AS cancelled,
+               (SELECT count(*) FROM requested) AS requested
+    """)
     # -- Cancelling ---------------------------------------------------------------------
     cancel_queued_job = _Plain("""
         UPDATE {schema}.jobs
            SET status = 'cancelled', finished_at = now(), last_error = 'cancelled before it ran',
                expires_at = now() + make_interval(secs => result_ttl)
-         WHERE id = %(id)s AND status = 'queued'
+         WHERE id = %(id)s AND status IN ('queued', 'waiting')
         RETURNING id
     """)
     request_cancel_running_job = _Plain("""
@@ -729,7 +843,9 @@ class Queries:
     """)
     # -- Dead jobs ---------------------------------------------------------------------
     # Back to jobs with the same id and attempts reset to 0. A job whose idempotency key
-    # a newer live job holds is not moved (ON CONFLICT DO NOTHING) and stays dead.
+    # a newer live job holds is not moved (ON CONFLICT DO NOTHING) and stays dead. A
+    # workflow step comes back waiting when a step it depends on has not succeeded
+    # (it was stopped by that step's death), else queued.
     retry_dead_jobs = _Plain("""
         WITH candidates AS (
             SELECT * FROM {schema}.dead_jobs
@@ -741,9 +857,50 @@ class Queries:
             INSERT INTO {schema}.jobs AS j
                 (id, queue, task, args, kwargs, status, priority, run_at, attempts,
                  max_attempts, idempotency_key, meta, timeout, result_ttl, created_at,
-                 last_error)
-            SELECT id, queue, task, args, kwargs, 'queued', priority, now(), 0, max_attempts,
-                   idempotency_key, meta, timeout, result_ttl, created_at, error
+                 last_error, workflow_id)
+            SELECT c.id, c.queue, c.task, c.args, c.kwargs,
+                   CASE WHEN c.workflow_id IS NOT NULL AND EXISTS (
+                            SELECT FROM {schema}.workflow_edges e
+                             WHERE e.child_id = c.id AND NOT e.done)
+                        THEN 'waiting' ELSE 'queued' END,
+                   c.priority, now(), 0, c.max_attempts, c.idempotency_key, c.meta, c.timeout,
+                   c.result_ttl, c.created_at, c.error, c.workflow_id
+              FROM candidates c
+            ON CONFLICT (idempotency_key)
+               WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
+            DO NOTHING
+            RETURNING j.id
+        ),
+        removed AS (
+            DELETE FROM {schema}.dead_jobs AS d USING revived r WHERE d.id = r.id
+            RETURNING d.id
+        )
+        SELECT c.id, c.idempotency_key, (r.id IS NOT NULL) AS revived, c.workflow_id
+          FROM candidates c LEFT JOIN removed r ON r.id = c.id
+         ORDER BY c.id
+    """)
+    # After retry_dead_jobs revived workflow steps (%(ids)s): the steps downstream of them
+    # that their death stopped (in dead_jobs, never started) come back waiting; then the
+    # steps of those workflows still dead stop their own downstream again
+    # (stop_dead_workflow_steps), so a step with another dead predecessor goes back.
+    revive_workflow_steps = _Plain("""
+        WITH RECURSIVE downstream(id) AS (
+            SELECT child_id FROM {schema}.workflow_edges WHERE parent_id = ANY(%(ids)s::bigint[])
+            UNION
+            SELECT e.child_id FROM {schema}.workflow_edges e JOIN downstream d ON e.parent_id = d.id
+        ),
+        candidates AS (
+            SELECT d.* FROM {schema}.dead_jobs d JOIN downstream ON downstream.id = d.id
+             WHERE d.started_at IS NULL AND d.attempts = 0
+             FOR UPDATE OF d SKIP LOCKED
+        ),
+        revived AS (
+            INSERT INTO {schema}.jobs AS j
+                (id, queue, task, args, kwargs, status, priority, run_at, attempts,
+                 max_attempts, idempotency_key, meta, timeout, result_ttl, created_at,
+                 workflow_id)
+            SELECT id, queue, task, args, kwargs, 'waiting', priority, run_at, 0, max_attempts,
+                   idempotency_key, meta, timeout, result_ttl, created_at, workflow_id
               FROM candidates
             ON CONFLICT (idempotency_key)
                WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
@@ -754,9 +911,13 @@ class Queries:
             DELETE FROM {schema}.dead_jobs AS d USING revived r WHERE d.id = r.id
             RETURNING d.id
         )
-        SELECT c.id, c.idempotency_key, (r.id IS NOT NULL) AS revived
-          FROM candidates c LEFT JOIN removed r ON r.id = c.id
-         ORDER BY c.id
+        SELECT count(*) AS revived FROM removed
+    """)
+    stop_dead_workflow_steps = _Plain("""
+        SELECT coalesce(sum({schema}.workflow_stop_downstream(d.id, d.task, d.error)), 0)
+               AS stopped
+          FROM {schema}.dead_jobs d
+         WHERE d.workflow_id = ANY(%(workflow_ids)s::bigint[]) AND d.started_at IS NOT NULL
     """)
     purge_dead_jobs = _Plain("""
         DELETE FROM {schema}.dead_jobs

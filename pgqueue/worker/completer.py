@@ -143,8 +143,17 @@ class Completer(Service):
         }
         # Prepared after five executions like any statement; see connections.COMPLETIONS
         # for why its cached plan cannot degrade into a sequential scan.
+        # Workflow steps: their successors are locked first, in one order, in the
+        # batch's transaction (see queries.lock_workflow_successors). Batches of plain
+        # jobs skip this and stay one autocommitted statement.
+        steps = [o.job_id for o in batch if o.in_workflow and o.final]
         async with answered(f"writing {len(batch)} outcome(s)"), self._link.applied(conn):
-            rows = await self._queries.complete_jobs.all(conn, params)
+            if steps:
+                async with conn.transaction():
+                    await conn.execute(self._queries.lock_workflow_successors, {"ids": steps})
+                    rows = await self._queries.complete_jobs.all(conn, params)
+            else:
+                rows = await self._queries.complete_jobs.all(conn, params)
             ready_queues = sorted({row.queue for row in rows
                                    if row.kind in ("release", "retry", "snooze") and row.ready})
             if ready_queues:

@@ -38,13 +38,14 @@ class Outcome:
     progress: str | None = None  # JSON text for meta.progress
     task: str = field(default="", compare=False)
     queue: str = field(default="", compare=False)  # for per-queue slots (Worker._held)
+    in_workflow: bool = field(default=False, compare=False)  # see Completer._write
 
     @classmethod
     def of(cls, job: ClaimedJob, kind: OutcomeKind, result: str | None = None, *,
            error: str | None = None, delay: float = 0.0, progress: str | None = None) -> Outcome:
         """The outcome ``kind`` of this claim of ``job``."""
         return cls(job.id, job.attempt, job.token, kind, result, error, delay, progress,
-                   job.task, job.queue)
+                   job.task, job.queue, job.workflow_id is not None)
 
     @property
     def key(self) -> tuple[int, int]:
