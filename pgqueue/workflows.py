@@ -404,6 +404,19 @@ class WorkflowHandle:
         return [WorkflowStep(Job.from_row(row, self._queue), list(row["depends_on"]))
                 for row in rows]
 
+    def describe(self, steps: list[WorkflowStep] | None = None) -> dict[str, Any]:
+        """JSON-ready: the workflow and every step (``steps``, or as they are now):
+        ``{id, kind, outputs, returns_list, status, steps: [...]}``, where ``status``
+        sums the steps up (see :func:`overall_status`). ``pgq workflows show --json``."""
+        if steps is None:
+            steps = self.steps()
+        return {
+            "id": self.id, "kind": self.kind, "outputs": self.outputs,
+            "returns_list": self.returns_list,
+            "status": overall_status([step.job.status for step in steps]),
+            "steps": [step.to_dict() for step in steps],
+        }
+
     def _deadline(self, timeout: float | None) -> float | None:
         return None if timeout is None else time.monotonic() + timeout
 
@@ -442,6 +455,19 @@ class WorkflowHandle:
         """Cancel every step that has not started and ask the running ones to stop;
         returns ``{"cancelled": n, "requested": m}``."""
         return self._queue.run_plan(cancel_workflow(self._queue.queries, self.id))
+
+
+def overall_status(statuses: Sequence[str]) -> str:
+    """One word for a workflow from its steps' API statuses: ``dead`` if a step is dead,
+    else ``cancelled`` if one was cancelled, ``succeeded`` when all succeeded,
+    ``running`` while a step runs, else ``queued`` (steps wait, queued or scheduled)."""
+    present = set(statuses)
+    for status in ("dead", "cancelled"):
+        if status in present:
+            return status
+    if present <= {"succeeded"}:
+        return "succeeded"
+    return "running" if "running" in present else "queued"
 
 
 # -- Plans (see db.plans) ------------------------------------------------------------------

@@ -130,8 +130,8 @@ UPGRADE = [
                 UPDATE {schema}.jobs AS j
                    SET status = 'cancelled', finished_at = now(),
                        expires_at = now() + make_interval(secs => j.result_ttl),
-                       last_error = format('cancelled: workflow step %s (%s) was cancelled',
-                                           NEW.id, NEW.task)
+                       last_error = 'cancelled: workflow step ' || NEW.id || ' ('
+                                    || NEW.task || ') was cancelled'
                   FROM downstream d
                  WHERE j.id = d.id AND j.status = 'waiting';
             END IF;
@@ -226,10 +226,10 @@ UPGRADE = [
             SELECT id, queue, task, args, kwargs, priority, run_at, attempts, max_attempts,
                    idempotency_key, worker_id, last_error, meta, timeout, result_ttl,
                    created_at, started_at, now(),
-                   format('workflow step %s (%s) died: %s', step_id, step_task,
-                          -- the error's last line: for a traceback, the exception
-                          regexp_replace(rtrim(coalesce(step_error, ''), E' \\n'),
-                                         E'^.*\\n', '')),
+                   'workflow step ' || step_id || ' (' || step_task || ') died: '
+                   -- the error's last line: for a traceback, the exception
+                   || regexp_replace(rtrim(coalesce(step_error, ''), E' \\n'),
+                                     E'^.*\\n', ''),
                    now(), workflow_id
               FROM dead
             RETURNING id

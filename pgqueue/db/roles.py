@@ -53,17 +53,22 @@ TABLE_PRIVILEGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
     # queues: claims read it; pgq queues pause|resume|set write it. An enqueue into a
     # bounded queue locks its row, but in the insert trigger, which runs as the owner
     # (SECURITY DEFINER), so the web role needs nothing on it.
+    # workflows, workflow_edges: an enqueue of a workflow inserts into both; the triggers
+    # of 0007_workflows, run by whoever finishes, kills or deletes a step (the worker
+    # role), update edges and delete workflows.
     "worker": {
         "jobs": _READ_WRITE, "dead_jobs": _READ_WRITE, "workers": _READ_WRITE,
         "queues": ("SELECT", "INSERT", "UPDATE"), "alembic_version": _READ,
+        "workflows": _READ_WRITE, "workflow_edges": _READ_WRITE,
     },
     "web": {
         "jobs": ("SELECT", "INSERT"), "dead_jobs": _READ, "workers": (), "queues": (),
         "alembic_version": _READ,
+        "workflows": ("SELECT", "INSERT"), "workflow_edges": ("SELECT", "INSERT"),
     },
     "monitor": {
         "jobs": _READ, "dead_jobs": _READ, "workers": _READ, "queues": _READ,
-        "alembic_version": _READ,
+        "alembic_version": _READ, "workflows": _READ, "workflow_edges": _READ,
     },
 }
 

@@ -26,6 +26,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     Double,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -40,7 +41,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 
 from pgqueue.settings import validate_schema_name
 
-__all__ = ["build_metadata", "dead_jobs", "jobs", "metadata", "queues", "workers"]
+__all__ = [
+    "build_metadata", "dead_jobs", "jobs", "metadata", "queues", "workers", "workflow_edges",
+    "workflows",
+]
 
 _TIMESTAMPTZ = TIMESTAMP(timezone=True)
 
@@ -106,9 +110,12 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
             comment="Random per claim; with id it fences every outcome of that claim. NULL "
             "while queued.",
         ),
+        Column("workflow_id", BigInteger,
+               comment="The workflow this job is a step of (workflows.id), or NULL."),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
-        CheckConstraint(
-            "status IN ('queued', 'running', 'succeeded', 'cancelled')", name="jobs_status_check"
+        CheckConstraint(  # 'waiting': 0007_workflows
+            "status IN ('queued', 'running', 'succeeded', 'cancelled', 'waiting')",
+            name="jobs_status_check",
         ),
         CheckConstraint("jsonb_typeof(args) = 'array'", name="jobs_args_is_array"),
         CheckConstraint("jsonb_typeof(kwargs) = 'object'", name="jobs_kwargs_is_object"),
@@ -159,6 +166,8 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         unique=True,
         postgresql_where=text("idempotency_key IS NOT NULL AND status <> 'cancelled'"),
     )
+    Index("jobs_workflow_idx", table.c.workflow_id,
+          postgresql_where=text("workflow_id IS NOT NULL"))
     return table
 
 
@@ -186,12 +195,16 @@ def _dead_jobs(metadata: MetaData, schema: str) -> Table:
         Column("finished_at", _TIMESTAMPTZ),
         Column("error", Text, nullable=False),
         Column("failed_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        Column("workflow_id", BigInteger,
+               comment="The workflow this job was a step of (workflows.id), or NULL."),
         PrimaryKeyConstraint("id", name="dead_jobs_pkey"),
         schema=schema,
         comment="pgqueue dead jobs: attempts exhausted or discarded; kept until purged.",
     )
     Index("dead_jobs_failed_at_idx", table.c.failed_at)
     Index("dead_jobs_queue_idx", table.c.queue, table.c.failed_at)
+    Index("dead_jobs_workflow_idx", table.c.workflow_id,
+          postgresql_where=text("workflow_id IS NOT NULL"))
     return table
 
 
@@ -247,9 +260,64 @@ def _queues(metadata: MetaData, schema: str) -> Table:
     )
 
 
+def _workflows(metadata: MetaData, schema: str) -> Table:
+    return Table(
+        "workflows",
+        metadata,
+        Column("id", BigInteger, nullable=False, autoincrement=False),
+        Column("kind", Text, nullable=False),
+        Column("outputs", ARRAY(BigInteger), nullable=False,
+               comment="The steps whose results the workflow returns (wait()): the last "
+                       "step of a chain, the members of a group, the callback of a chord."),
+        Column("returns_list", Boolean, nullable=False,
+               comment="True when wait() returns the list of the outputs' results, false "
+                       "for the one output's result."),
+        Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("id", name="workflows_pkey"),
+        CheckConstraint("kind IN ('chain', 'group', 'chord', 'workflow')",
+                        name="workflows_kind_check"),
+        schema=schema,
+        comment="pgqueue workflows: one row per enqueued chain, group, chord or Workflow; "
+                "its id is the id of its first step. Deleted with its last step.",
+    )
+
+
+def _workflow_edges(metadata: MetaData, schema: str) -> Table:
+    table = Table(
+        "workflow_edges",
+        metadata,
+        Column("workflow_id", BigInteger, nullable=False),
+        Column("parent_id", BigInteger, nullable=False),
+        Column("child_id", BigInteger, nullable=False),
+        Column("position", Integer, nullable=False,
+               comment="The parent's place among the child's dependencies: the order of a "
+                       "chord's results."),
+        Column("input", Text, nullable=False, server_default=text("'none'"),
+               comment="What the child receives in front of its arguments: none, result "
+                       "(its one parent's result) or results (the list of its parents' "
+                       "results, by position)."),
+        Column("done", Boolean, nullable=False, server_default=text("false"),
+               comment="The parent has succeeded (and its result, when the child takes "
+                       "it, is recorded)."),
+        Column("result", JSONB,
+               comment="The parent's result, copied when the edge was resolved."),
+        PrimaryKeyConstraint("child_id", "parent_id", name="workflow_edges_pkey"),
+        ForeignKeyConstraint(["workflow_id"], [f"{schema}.workflows.id"],
+                             name="workflow_edges_workflow_fkey", ondelete="CASCADE"),
+        CheckConstraint("input IN ('none', 'result', 'results')",
+                        name="workflow_edges_input_check"),
+        schema=schema,
+        comment="pgqueue workflow dependencies: child_id waits until parent_id has "
+                "succeeded.",
+    )
+    Index("workflow_edges_parent_idx", table.c.parent_id)
+    Index("workflow_edges_workflow_idx", table.c.workflow_id)
+    return table
+
+
 def build_metadata(schema: str = "pgqueue") -> MetaData:
-    """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers`` and ``queues`` in
-    ``schema``.
+    """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers``, ``queues``,
+    ``workflows`` and ``workflow_edges`` in ``schema``.
 
     Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
     """
@@ -259,6 +327,8 @@ def build_metadata(schema: str = "pgqueue") -> MetaData:
     _dead_jobs(metadata, schema)
     _workers(metadata, schema)
     _queues(metadata, schema)
+    _workflows(metadata, schema)
+    _workflow_edges(metadata, schema)
     return metadata
 
 
@@ -267,3 +337,5 @@ jobs = metadata.tables["pgqueue.jobs"]
 dead_jobs = metadata.tables["pgqueue.dead_jobs"]
 workers = metadata.tables["pgqueue.workers"]
 queues = metadata.tables["pgqueue.queues"]
+workflows = metadata.tables["pgqueue.workflows"]
+workflow_edges = metadata.tables["pgqueue.workflow_edges"]
