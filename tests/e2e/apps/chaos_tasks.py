@@ -183,3 +183,32 @@ async def deaf_forever(ctx: JobContext) -> None:
     while True:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(0.05)
+
+
+# -- Workflow steps (tests/e2e/test_workflows_processes.py) --------------------------------
+
+
+@q.task(name="chaos.member", max_attempts=5, retry_intervals=[0.05])
+async def member(n: int, ctx: JobContext) -> int:
+    """A workflow member: n squared, after a short while; multiples of 5 fail their first
+    attempt, so retries happen inside workflows."""
+    await record_run(ctx)
+    await asyncio.sleep(random.uniform(0.01, 0.05))
+    if n % 5 == 0 and ctx.attempt == 1:
+        raise RuntimeError(f"member {n} fails its first attempt")
+    return n * n
+
+
+@q.task(name="chaos.slow_member")
+async def slow_member(n: int, seconds: float, ctx: JobContext) -> int:
+    """A workflow member that takes ``seconds``: long enough to be killed holding it."""
+    await record_run(ctx)
+    await asyncio.sleep(seconds)
+    return n
+
+
+@q.task(name="chaos.collect")
+async def collect(results: list[Any], ctx: JobContext) -> dict[str, Any]:
+    """A chord callback: what it received, and how often it ran (see chaos_runs)."""
+    await record_run(ctx)
+    return {"count": len(results), "results": results}
