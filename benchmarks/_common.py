@@ -87,6 +87,20 @@ async def noop(i: int) -> None:
 async def noop_plain(i):
     """No-op with an unannotated argument (plain JSON at enqueue)."""
     _record(i)
+
+
+@q.task(name="bench.step", queue={queue!r}, result_ttl={result_ttl})
+async def step(previous, i):
+    """A workflow step after another (``previous``: what that one returned)."""
+    _record(i)
+    return i
+
+
+@q.task(name="bench.gather", queue={queue!r}, result_ttl={result_ttl})
+async def gather(results, i):
+    """A chord callback: receives the members' results."""
+    _record(i)
+    return len(results)
 '''
 
 

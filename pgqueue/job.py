@@ -51,6 +51,7 @@ class Job:
     finished_at: datetime | None = None
     expires_at: datetime | None = None
     workflow_id: int | None = None
+    waits_for: int | None = None
     error: str | None = None
     failed_at: datetime | None = None
     _queue: Queue | None = field(default=None, repr=False, compare=False)

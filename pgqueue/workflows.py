@@ -199,7 +199,7 @@ class Workflow:
                 "run_in": options.run_in, "max_attempts": options.max_attempts,
                 "idempotency_key": options.idempotency_key, "meta": loads(options.meta),
                 "timeout": options.timeout, "result_ttl": options.result_ttl,
-                "waits": bool(node.after),
+                "waits_for": len(node.after),
             })
         edges = [
             [parent + 1, child + 1, position, node.inputs]

@@ -119,7 +119,7 @@ JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "status", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
     "result", "meta", "timeout", "result_ttl", "cancel_requested", "created_at",
-    "started_at", "finished_at", "expires_at", "workflow_id",
+    "started_at", "finished_at", "expires_at", "workflow_id", "waits_for",
 )
 # Columns of a dead job: the ones a live job has too, then the error that killed it and
 # when (statements name the columns they insert, so the table's order does not matter).
@@ -162,7 +162,7 @@ _DEAD_SELECT = (
     "j.attempts, j.max_attempts, j.idempotency_key, NULL::timestamptz AS lease_expires_at, "
     "j.worker_id, j.last_error, NULL::jsonb AS result, j.meta, j.timeout, j.result_ttl, "
     "false AS cancel_requested, j.created_at, j.started_at, j.finished_at, "
-    "NULL::timestamptz AS expires_at, j.workflow_id, "
+    "NULL::timestamptz AS expires_at, j.workflow_id, NULL::integer AS waits_for, "
     "'dead' AS api_status, j.error, j.failed_at FROM {schema}.dead_jobs j"
 )
 
@@ -436,7 +436,9 @@ class Queries:
     # Records a batch of outcomes in one statement, fenced on id, lease token and
     # status. Kinds: succeeded, retry, snooze, release, cancelled, progress (meta only,
     # job keeps running), result (value of a job already marked succeeded by
-    # ctx.transaction()), dead (moved to dead_jobs). Returns the rows it changed.
+    # ctx.transaction()), dead (moved to dead_jobs). Returns the rows it changed. A
+    # workflow step's None result is stored as JSON null: for a step, SQL NULL means "not
+    # recorded yet" (marked succeeded by ctx.transaction(); see 0007_workflows).
     complete_jobs = _Typed(RecordedOutcome, """
         WITH outcome AS (
             SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(kinds)s::text[],
@@ -453,8 +455,10 @@ class Queries:
                                 WHEN 'cancelled' THEN 'cancelled'
                                 WHEN 'progress' THEN 'running'
                                 ELSE 'queued' END END,
-                   result = CASE WHEN o.kind IN ('succeeded', 'result') THEN o.result
-                                 ELSE j.result END,
+                   result = CASE WHEN o.kind NOT IN ('succeeded', 'result') THEN j.result
+                                 WHEN j.workflow_id IS NOT NULL
+                                     THEN COALESCE(o.result, 'null'::jsonb)
+                                 ELSE o.result END,
                    attempts = CASE WHEN o.kind IN ('snooze', 'release') THEN j.attempts - 1
                                    ELSE j.attempts END,
                    run_at = CASE WHEN o.kind IN ('retry', 'snooze')
@@ -763,10 +767,11 @@ class Queries:
         ),
         inserted AS (
             INSERT INTO {schema}.jobs
-                (id, workflow_id, status, queue, task, args, kwargs, priority, run_at,
-                 max_attempts, idempotency_key, meta, timeout, result_ttl)
+                (id, workflow_id, status, waits_for, queue, task, args, kwargs, priority,
+                 run_at, max_attempts, idempotency_key, meta, timeout, result_ttl)
             SELECT step.id, first.id,
-                   CASE WHEN (step.value->>'waits')::boolean THEN 'waiting' ELSE 'queued' END,
+                   CASE WHEN (step.value->>'waits_for')::int > 0 THEN 'waiting' ELSE 'queued' END,
+                   (step.value->>'waits_for')::int,
                    step.value->>'queue', step.value->>'task', step.value->'args',
                    step.value->'kwargs', (step.value->>'priority')::smallint,
                    COALESCE((step.value->>'run_at')::timestamptz,
@@ -857,15 +862,15 @@ class Queries:
             INSERT INTO {schema}.jobs AS j
                 (id, queue, task, args, kwargs, status, priority, run_at, attempts,
                  max_attempts, idempotency_key, meta, timeout, result_ttl, created_at,
-                 last_error, workflow_id)
+                 last_error, workflow_id, waits_for)
             SELECT c.id, c.queue, c.task, c.args, c.kwargs,
-                   CASE WHEN c.workflow_id IS NOT NULL AND EXISTS (
-                            SELECT FROM {schema}.workflow_edges e
-                             WHERE e.child_id = c.id AND NOT e.done)
-                        THEN 'waiting' ELSE 'queued' END,
+                   CASE WHEN w.waits_for > 0 THEN 'waiting' ELSE 'queued' END,
                    c.priority, now(), 0, c.max_attempts, c.idempotency_key, c.meta, c.timeout,
-                   c.result_ttl, c.created_at, c.error, c.workflow_id
+                   c.result_ttl, c.created_at, c.error, c.workflow_id, w.waits_for
               FROM candidates c
+              LEFT JOIN LATERAL (
+                  SELECT count(*) AS waits_for FROM {schema}.workflow_edges e
+                   WHERE e.child_id = c.id AND NOT e.done) AS w ON c.workflow_id IS NOT NULL
             ON CONFLICT (idempotency_key)
                WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
             DO NOTHING
@@ -898,10 +903,13 @@ class Queries:
             INSERT INTO {schema}.jobs AS j
                 (id, queue, task, args, kwargs, status, priority, run_at, attempts,
                  max_attempts, idempotency_key, meta, timeout, result_ttl, created_at,
-                 workflow_id)
-            SELECT id, queue, task, args, kwargs, 'waiting', priority, run_at, 0, max_attempts,
-                   idempotency_key, meta, timeout, result_ttl, created_at, workflow_id
-              FROM candidates
+                 workflow_id, waits_for)
+            SELECT c.id, c.queue, c.task, c.args, c.kwargs, 'waiting', c.priority, c.run_at, 0,
+                   c.max_attempts, c.idempotency_key, c.meta, c.timeout, c.result_ttl,
+                   c.created_at, c.workflow_id,
+                   (SELECT count(*) FROM {schema}.workflow_edges e
+                     WHERE e.child_id = c.id AND NOT e.done)
+              FROM candidates c
             ON CONFLICT (idempotency_key)
                WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
             DO NOTHING

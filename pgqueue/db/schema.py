@@ -112,7 +112,11 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         ),
         Column("workflow_id", BigInteger,
                comment="The workflow this job is a step of (workflows.id), or NULL."),
+        Column("waits_for", Integer,
+               comment="A workflow step: how many of the steps it comes after have not "
+                       "succeeded yet; it is released (queued) at 0. NULL outside workflows."),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
+        CheckConstraint("waits_for >= 0", name="jobs_waits_for_check"),
         CheckConstraint(  # 'waiting': 0007_workflows
             "status IN ('queued', 'running', 'succeeded', 'cancelled', 'waiting')",
             name="jobs_status_check",

@@ -139,6 +139,31 @@ async def test_a_step_marked_succeeded_by_ctx_transaction_passes_its_result(
     assert handle.wait(timeout=5) == 80
 
 
+async def test_steps_that_return_none_pass_none_on(q: Queue, dsn: str) -> None:
+    @q.task(name="nothing")
+    def nothing(i: int) -> None:
+        return None
+
+    @q.task(name="tx_nothing")
+    def tx_nothing(i: int, ctx: JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute("SELECT 1")
+
+    @q.task(name="seen")
+    def seen(value: Any) -> Any:
+        return value
+
+    handle = chord([nothing.s(1), tx_nothing.s(2)], seen.s()).enqueue()
+    follow = chain(tx_nothing.s(3), seen.s()).enqueue()
+    await _drain(q)
+    assert handle.wait(timeout=5) == [None, None]
+    assert follow.wait(timeout=5) is None
+    # For a workflow step, SQL NULL would mean "not recorded yet": None is JSON null.
+    rows = await aexecute(dsn, "SELECT result IS NULL AS sql_null, result FROM pgqueue.jobs "
+                               "WHERE id = %s", [handle.job_ids[0]])
+    assert rows == [{"sql_null": False, "result": None}]
+
+
 # -- transactions ----------------------------------------------------------------------------
 
 
