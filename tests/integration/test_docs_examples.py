@@ -1,5 +1,5 @@
-"""The SQL and Python examples of docs/quickstart.md, docs/reference/schema.md and
-docs/guides/queues.md run.
+"""The SQL and Python examples of docs/quickstart.md, docs/reference/schema.md,
+docs/guides/queues.md and docs/guides/workflows.md run.
 
 A reader copies them; they must work as printed. Every ```sql and ```python block is
 executed, in order, against a migrated database (the quickstart's DSN
@@ -47,7 +47,7 @@ def blocks(page: Path, *languages: str) -> list[str]:
 
 def test_every_skipped_block_says_why() -> None:
     for page in (DOCS / "quickstart.md", DOCS / "reference" / "schema.md",
-                 DOCS / "guides" / "queues.md"):
+                 DOCS / "guides" / "queues.md", DOCS / "guides" / "workflows.md"):
         for marker in re.findall(r"<!-- not executed:([^>]*)-->", page.read_text()):
             assert len(marker.strip()) > 10, (page, marker)
 
@@ -193,6 +193,28 @@ def test_queues_guide_examples_run(dsn: str) -> None:
     assert queues["email"].counts["scheduled"] == 1  # 6, from SQL, due in 10 minutes
     assert queues["email-bulk"].counts["queued"] == 1
     assert queues["reports"].paused and queues["reports"].priority_aging == 30
+
+
+def test_workflows_guide_examples_run(dsn: str) -> None:
+    """The guide's examples assert their own results (a burst worker runs them in
+    between); afterwards every step of every workflow succeeded."""
+    page = DOCS / "guides" / "workflows.md"
+    namespace: dict[str, Any] = {}
+    try:
+        for code in blocks(page, "python"):
+            namespace = _run_python_in(code, dsn, namespace)
+        for code in blocks(page, "sql"):
+            _run_sql(code, dsn)
+    finally:
+        if "q" in namespace:
+            namespace["q"].close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        statuses = dict(conn.execute(
+            "SELECT status, count(*) FROM pgqueue.jobs GROUP BY status").fetchall())
+        dead = conn.execute("SELECT count(*) FROM pgqueue.dead_jobs").fetchone()
+        workflows = conn.execute("SELECT count(*) FROM pgqueue.workflows").fetchone()
+    assert dead == (0,) and set(statuses) == {"succeeded"}, statuses
+    assert workflows == (6,)  # chain, group, chord, nested chain, diamond, crawl
 
 
 def _run_python_in(code: str, dsn: str, namespace: dict[str, Any]) -> dict[str, Any]:
