@@ -37,7 +37,8 @@ def list_jobs(
     status: Annotated[
         str | None,
         typer.Option("--status", "-s", metavar="STATUS", show_default=False,
-                     help="queued, scheduled, running, retrying, succeeded, cancelled or dead."),
+                     help="queued, scheduled, running, retrying, waiting, succeeded, "
+                          "cancelled or dead."),
     ] = None,
     queue_name: QueueFilterOption = None,
     task: Annotated[

@@ -11,7 +11,8 @@ from pgqueue.stats import QueueStats, WorkerInfo
 from .context import CliContext, connected
 from .output import age, output, print_table, when
 
-STAT_COLUMNS = ("queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead")
+STAT_COLUMNS = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded",
+                "cancelled", "dead")
 
 
 @connected(json=True)

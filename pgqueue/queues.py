@@ -39,7 +39,8 @@ MAX_AGING_STEP: Final = 365 * 86400
 QUEUE_FULL = "PQ001"
 
 # The counts of QueueInfo.counts, in the order tables show them.
-COUNTS = ("queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead")
+COUNTS = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded", "cancelled",
+          "dead")
 
 
 @dataclass(frozen=True)

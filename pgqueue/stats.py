@@ -34,6 +34,7 @@ class QueueStats:
     queued: int
     scheduled: int
     retrying: int
+    waiting: int  # workflow steps waiting for the steps they come after
     running: int
     succeeded: int
     cancelled: int

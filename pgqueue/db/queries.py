@@ -191,6 +191,7 @@ _QUEUE_COUNTS = """
                                 AND attempts = 0) AS scheduled,
                count(*) FILTER (WHERE status = 'queued' AND run_at > now()
                                 AND attempts > 0) AS retrying,
+               count(*) FILTER (WHERE status = 'waiting') AS waiting,
                count(*) FILTER (WHERE status = 'running') AS running,
                count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
                count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
@@ -204,6 +205,7 @@ _COUNT_COLUMNS = """
     COALESCE(live.queued, 0) AS queued,
     COALESCE(live.scheduled, 0) AS scheduled,
     COALESCE(live.retrying, 0) AS retrying,
+    COALESCE(live.waiting, 0) AS waiting,
     COALESCE(live.running, 0) AS running,
     COALESCE(live.succeeded, 0) AS succeeded,
     COALESCE(live.cancelled, 0) AS cancelled,
@@ -678,7 +680,8 @@ class Queries:
         SELECT COALESCE(c.queue, s.name) AS name, COALESCE(s.paused, false) AS paused,
                s.max_queued, s.priority_aging,
                COALESCE(c.queued, 0) AS queued, COALESCE(c.scheduled, 0) AS scheduled,
-               COALESCE(c.retrying, 0) AS retrying, COALESCE(c.running, 0) AS running,
+               COALESCE(c.retrying, 0) AS retrying, COALESCE(c.waiting, 0) AS waiting,
+               COALESCE(c.running, 0) AS running,
                COALESCE(c.succeeded, 0) AS succeeded, COALESCE(c.cancelled, 0) AS cancelled,
                COALESCE(c.dead, 0) AS dead, c.oldest_queued_age_seconds
           FROM counted c FULL JOIN {schema}.queues s ON s.name = c.queue

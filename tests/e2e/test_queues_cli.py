@@ -116,8 +116,8 @@ def test_queue_commands_print_the_state_they_leave(dsn: str) -> None:
     listed = json_of("queues", "list", "--dsn", dsn)
     assert [(q["name"], q["paused"], q["settings"]) for q in listed] == [
         ("email", True, {"max_queued": 500, "priority_aging": 120})]
-    assert set(listed[0]["counts"]) == {"queued", "scheduled", "retrying", "running",
-                                        "succeeded", "cancelled", "dead"}
+    assert set(listed[0]["counts"]) == {"queued", "scheduled", "retrying", "waiting",
+                                        "running", "succeeded", "cancelled", "dead"}
     table = ok("queues", "list", "--dsn", dsn).stdout
     assert "email" in table and "paused" in table and "500" in table
     assert "max queued none (unbounded)" in ok(

@@ -209,7 +209,7 @@ def test_workflows_guide_examples_run(dsn: str) -> None:
         if "q" in namespace:
             namespace["q"].close()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        statuses = dict(conn.execute(
+        statuses: dict[str, int] = dict(conn.execute(
             "SELECT status, count(*) FROM pgqueue.jobs GROUP BY status").fetchall())
         dead = conn.execute("SELECT count(*) FROM pgqueue.dead_jobs").fetchone()
         workflows = conn.execute("SELECT count(*) FROM pgqueue.workflows").fetchone()

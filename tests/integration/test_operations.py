@@ -67,20 +67,22 @@ def test_stats_count_jobs_per_queue_and_status(q: Queue, dsn: str) -> None:
     default = stats["default"]
     assert default.oldest_queued_age_seconds is not None
     assert 89 <= default.oldest_queued_age_seconds <= 120
-    assert default == QueueStats("default", queued=3, scheduled=0, retrying=0, running=0,
-                                 succeeded=0, cancelled=0, dead=0,
+    assert default == QueueStats("default", queued=3, scheduled=0, retrying=0, waiting=0,
+                                 running=0, succeeded=0, cancelled=0, dead=0,
                                  oldest_queued_age_seconds=default.oldest_queued_age_seconds)
     email = stats["email"]
-    assert email == QueueStats("email", queued=1, scheduled=1, retrying=1, running=1,
-                               succeeded=1, cancelled=1, dead=0,
+    assert email == QueueStats("email", queued=1, scheduled=1, retrying=1, waiting=0,
+                               running=1, succeeded=1, cancelled=1, dead=0,
                                oldest_queued_age_seconds=email.oldest_queued_age_seconds)
     assert stats["reports"] == QueueStats("reports", queued=0, scheduled=0, retrying=0,
-                                          running=0, succeeded=0, cancelled=0, dead=1,
+                                          waiting=0, running=0, succeeded=0, cancelled=0,
+                                          dead=1,
                                           oldest_queued_age_seconds=None)
     # The JSON shape of pgq stats --json and of an HTTP API: exactly these keys.
     assert stats["reports"].to_dict() == {
-        "queue": "reports", "queued": 0, "scheduled": 0, "retrying": 0, "running": 0,
-        "succeeded": 0, "cancelled": 0, "dead": 1, "oldest_queued_age_seconds": None,
+        "queue": "reports", "queued": 0, "scheduled": 0, "retrying": 0, "waiting": 0,
+        "running": 0, "succeeded": 0, "cancelled": 0, "dead": 1,
+        "oldest_queued_age_seconds": None,
     }
 
 

@@ -80,7 +80,8 @@ def test_pause_resume_and_settings_show_in_queues(q: Queue) -> None:
     (email,) = q.queues()
     assert (email.name, email.paused, email.max_queued) == ("email", False, None)
     assert email.counts["queued"] == 1 and set(email.counts) == {
-        "queued", "scheduled", "retrying", "running", "succeeded", "cancelled", "dead"}
+        "queued", "scheduled", "retrying", "waiting", "running", "succeeded", "cancelled",
+        "dead"}
     assert q.pause_queue("email").paused
     assert q.pause_queue("email").paused  # again: no error, no change
     assert q.set_queue("bulk", max_queued=10).settings == {"max_queued": 10,
