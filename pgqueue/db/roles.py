@@ -53,17 +53,20 @@ TABLE_PRIVILEGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
     # queues: claims read it; pgq queues pause|resume|set write it. An enqueue into a
     # bounded queue locks its row, but in the insert trigger, which runs as the owner
     # (SECURITY DEFINER), so the web role needs nothing on it.
+    # schedules: workers declare code schedules and advance next_run_at at each tick;
+    # pgq periodic add|remove|pause|resume write it (run by the worker role).
     "worker": {
         "jobs": _READ_WRITE, "dead_jobs": _READ_WRITE, "workers": _READ_WRITE,
-        "queues": ("SELECT", "INSERT", "UPDATE"), "alembic_version": _READ,
+        "queues": ("SELECT", "INSERT", "UPDATE"), "schedules": _READ_WRITE,
+        "alembic_version": _READ,
     },
     "web": {
         "jobs": ("SELECT", "INSERT"), "dead_jobs": _READ, "workers": (), "queues": (),
-        "alembic_version": _READ,
+        "schedules": (), "alembic_version": _READ,
     },
     "monitor": {
         "jobs": _READ, "dead_jobs": _READ, "workers": _READ, "queues": _READ,
-        "alembic_version": _READ,
+        "schedules": _READ, "alembic_version": _READ,
     },
 }
 
