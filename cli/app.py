@@ -15,7 +15,7 @@ from typer.core import TyperArgument, TyperGroup
 
 import pgqueue
 
-from . import dead, demo, enqueue, jobs, migrate, monitoring, queues, roles, worker
+from . import dead, demo, enqueue, jobs, migrate, monitoring, periodic, queues, roles, worker
 from .context import CliContext, connected
 from .errors import one_line_error
 from .logs import configure_logging
@@ -94,6 +94,7 @@ enqueue.register(app)
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(dead.app, name="dead")
 app.add_typer(queues.app, name="queues")
+app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
 roles.register(app)
 demo.register(app)

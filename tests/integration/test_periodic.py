@@ -33,7 +33,7 @@ def app(dsn: str) -> Queue:
     @queue.periodic("* * * * *", queue="cron", priority=5, meta={"from": "cron"})
     @queue.task(name="minutely")
     def minutely(ctx: JobContext) -> str:
-        return f"tick {ctx.job.run_at.isoformat()}"
+        return f"attempt {ctx.attempt}"
 
     @queue.periodic("@daily", tz="Europe/Paris", name="paris-midnight")
     @queue.task(name="daily")
