@@ -211,9 +211,9 @@ def test_periodic_guide_examples_run(dsn: str) -> None:
         q = namespace["q"]
         assert "resize" not in q.periodic_tasks  # refused at decoration
         with BackgroundWorker(q, WorkerSettings(concurrency=1)):
-            listed = wait_until(lambda: len(q.schedules()) == 3 and q.schedules(), timeout=15,
-                                message="the worker to declare its code schedules")
-        found = {info.name: info for info in listed}
+            wait_until(lambda: len(q.schedules()) == 3, timeout=15,
+                       message="the worker to declare its code schedules")
+        found = {info.name: info for info in q.schedules()}
     finally:
         if "q" in namespace:
             namespace["q"].close()
