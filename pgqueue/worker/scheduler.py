@@ -4,9 +4,10 @@
 Every worker runs one; there is no leader. At a tick each worker that wakes for it runs
 ``enqueue_schedule_tick``, which takes the tick only if the row still holds it: exactly
 one statement inserts the job (``run_at`` = the tick) and moves the row to the next
-tick; the others match nothing. The service has its own connection, so a tick is
-enqueued even while every slot of the worker is busy, and the producer's claims pay
-nothing for it.
+tick; the others match nothing. The service runs beside the producer, on the
+maintenance service's connection (borrowed: see :meth:`Scheduler.close`), so a tick is
+enqueued even while every slot of the worker is busy, the producer's claims pay nothing
+for it, and a worker needs no extra connection.
 
 When it sleeps: until the next active tick, read from the table with the database's
 clock (so a host whose clock is off still wakes when the database says the tick is due);
@@ -79,6 +80,13 @@ class Scheduler(Service):
         self._wake = asyncio.Event()
         # Ticks this worker enqueued (the others' are theirs): for logs and tests.
         self.enqueued = 0
+
+    async def close(self) -> None:
+        """Forget the connection without closing it: it is the maintenance service's,
+        which closes it when it stops. After a failed round the next one asks for it
+        again, and gets a new one if the failure broke it (psycopg marks a lost
+        connection closed, and the maintenance service then reconnects)."""
+        self._conn = None
 
     def wake(self) -> None:
         """The schedules changed (a NOTIFY), or wake-ups may have been lost (the listener

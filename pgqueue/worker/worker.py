@@ -113,10 +113,16 @@ class Worker:
             burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
             queue_room=self._queue_room if settings.queue_slots else None,
         )
-        # Periodic ticks; none in a burst worker, which only drains what is ready. Without
-        # a listener it reads the schedules every poll interval.
-        self.scheduler = None if settings.burst else Scheduler(
+        self.maintenance = Maintenance(
             connect=self.connections.link(), queries=queries,
+            rescue_interval=settings.rescue_interval, prune_interval=settings.prune_interval,
+        )
+        # Periodic ticks; none in a burst worker, which only drains what is ready. It
+        # borrows the maintenance connection (a few statements per tick do not deserve a
+        # connection of their own); without a listener it reads the schedules every poll
+        # interval.
+        self.scheduler = None if settings.burst else Scheduler(
+            connect=self.maintenance.connection, queries=queries,
             specs=list(queue.periodic_tasks.values()), lease=settings.lease,
             recheck=timings.SCHEDULE_RECHECK if settings.listen else settings.poll_interval,
         )
@@ -128,10 +134,6 @@ class Worker:
             schedules_changed=self.scheduler.wake if self.scheduler else lambda: None,
         ) if settings.listen else None
         self._registered = asyncio.Event()
-        self.maintenance = Maintenance(
-            connect=self.connections.link(), queries=queries,
-            rescue_interval=settings.rescue_interval, prune_interval=settings.prune_interval,
-        )
         # Started in this order and stopped in the reverse; the producer, which gives the
         # others work, starts last and stops first.
         self.services: list[Service] = [
