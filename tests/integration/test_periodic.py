@@ -270,3 +270,23 @@ async def test_a_schedule_broken_in_sql_is_paused_not_fatal(
     await service.round()
     (info,) = await asyncio.to_thread(app.schedules)
     assert info.paused and await jobs_of(dsn, "report") == []
+
+
+async def test_a_tick_is_enqueued_while_every_slot_is_busy(app: Queue, dsn: str) -> None:
+    """The scheduler does not wait for a free slot: the tick's job is inserted while the
+    worker's only slot runs a job that does not end until the test says so."""
+    release = asyncio.Event()
+
+    @app.task(name="hold")
+    async def hold() -> None:
+        await release.wait()
+
+    async with background_worker(app, concurrency=1, prefetch=0) as worker:
+        await asyncio.to_thread(hold.enqueue)
+        await async_wait_until(lambda: len(worker.executions) == 1, timeout=10)
+        await asyncio.to_thread(app.schedule, "busy", "@daily", "report", args=["x"])
+        await aexecute(dsn, "UPDATE pgqueue.schedules SET next_run_at = now(), "
+                       "paused = false WHERE name = 'busy'")
+        jobs = await async_wait_until(lambda: jobs_of(dsn, "report"), timeout=10)
+        assert jobs[0]["status"] == "queued"  # inserted, waiting for the slot
+        release.set()
