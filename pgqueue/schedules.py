@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from pgqueue.bounds import name_problem, short_repr
-from pgqueue.cron import Cron
+from pgqueue.cron import Cron, parse_cron
 from pgqueue.db.plans import Plan, Statement
 from pgqueue.db.queries import Queries
 from pgqueue.errors import ConfigurationError, ScheduleNotFound
@@ -180,8 +180,6 @@ def pause_schedule(queries: Queries, name: str) -> Plan[ScheduleInfo]:
 def resume_schedule(queries: Queries, name: str, now: datetime) -> Plan[ScheduleInfo]:
     """Resume ``name`` from its next tick after ``now`` (ticks missed while it was paused
     are not enqueued); its state afterwards."""
-    from pgqueue.cron import parse_cron
-
     while True:
         info = yield from _one(queries, name)
         if not info.paused:
