@@ -34,12 +34,12 @@ import psycopg
 
 from pgqueue.cron import parse_cron
 from pgqueue.db.queries import DueSchedule, Queries
-from pgqueue.errors import ConfigurationError
+from pgqueue.errors import ConfigurationError, first_line
 from pgqueue.queues import QUEUE_FULL
 from pgqueue.schedules import PeriodicSpec, tick_key
 from pgqueue.serialization import dumps
 from pgqueue.worker import timings
-from pgqueue.worker.backoff import Backoff
+from pgqueue.worker.backoff import Backoff, is_retryable
 from pgqueue.worker.connections import Connect
 from pgqueue.worker.service import Service
 
@@ -111,6 +111,8 @@ class Scheduler(Service):
         if self._specs and (not self._declared or time.monotonic() >= self._renew_at):
             await self._declare(conn)
             self._renew_at = time.monotonic() + self._renew_every
+        # A full batch may hide more due ticks: read again, unless this round took none
+        # of them (other workers hold them right now: MIN_SLEEP, then look again).
         while await self._enqueue_due(conn) == DUE_BATCH:
             pass
         row = await self._queries.next_schedule_due.one(conn, {})
@@ -138,25 +140,24 @@ class Scheduler(Service):
                     ", ".join(sorted(row.name for row in declared)))
 
     async def _enqueue_due(self, conn: psycopg.AsyncConnection[object]) -> int:
-        """Enqueue the ticks due now; returns how many schedules were due."""
+        """Enqueue the ticks due now; returns how many schedules were due, or 0 when this
+        worker took none of them."""
         due = await self._queries.select_due_schedules.all(conn, {"limit": DUE_BATCH})
+        taken = 0
         for schedule in due:
-            await self._enqueue_tick(conn, schedule)
-        return len(due)
+            taken += await self._enqueue_tick(conn, schedule)
+        return len(due) if taken else 0
 
     async def _enqueue_tick(
         self, conn: psycopg.AsyncConnection[object], schedule: DueSchedule
-    ) -> None:
+    ) -> int:
+        """Enqueue one due tick; returns 1 if this worker took it (or skipped or paused
+        the schedule), 0 if another worker did."""
         tick = schedule.next_run_at
         try:
             cron = parse_cron(schedule.cron, schedule.tz)
         except ConfigurationError as exc:
-            # Only SQL can store such a row. Pausing it stops every worker from tripping
-            # over it at once; the error says what to fix.
-            await conn.execute(self._queries.pause_schedule, {"name": schedule.name})
-            logger.error("Schedule %r paused: %s. Fix it, then pgq periodic resume %s.",
-                         schedule.name, exc, schedule.name)
-            return
+            return await self._pause_broken(conn, schedule.name, str(exc))
         # Missed ticks are not backfilled: after the due one, the first tick after now.
         params = {"name": schedule.name, "tick": tick,
                   "next_run_at": cron.next_after(max(schedule.now, tick))}
@@ -164,16 +165,31 @@ class Scheduler(Service):
             result = await self._queries.enqueue_schedule_tick.one(
                 conn, params | {"key": tick_key(schedule.name, tick)})
         except psycopg.Error as exc:
-            if exc.sqlstate != QUEUE_FULL:
+            if is_retryable(exc):
                 raise
+            if exc.sqlstate != QUEUE_FULL:
+                # The row makes a job the jobs table refuses (edited in SQL: meta not an
+                # object, max_attempts 0...): a worker must not die of it, nor retry it.
+                return await self._pause_broken(conn, schedule.name, first_line(exc))
             result = await self._queries.skip_schedule_tick.one(conn, params)
             if result.advanced:
                 logger.warning("Schedule %r: tick %s skipped: %s.", schedule.name,
                                tick.isoformat(), exc.diag.message_primary or exc)
-            return
+            return result.advanced
         if result.advanced:
             self.enqueued += 1
             lag = (datetime.now(UTC) - tick).total_seconds()
             logger.info("Schedule %r: enqueued job %s for tick %s (%.3f s after it).",
                         schedule.name, result.job_id, tick.isoformat(), lag,
                         extra={"schedule": schedule.name, "job_id": result.job_id})
+        return result.advanced
+
+    async def _pause_broken(
+        self, conn: psycopg.AsyncConnection[object], name: str, problem: str
+    ) -> int:
+        """Pause a schedule no tick of which can be enqueued (only SQL can store such a
+        row): every worker stops tripping over it, and the error says what to fix."""
+        await conn.execute(self._queries.pause_schedule, {"name": name})
+        logger.error("Schedule %r paused: %s. Fix it, then pgq periodic resume %s.",
+                     name, problem, name)
+        return 1

@@ -265,11 +265,16 @@ async def test_a_schedule_broken_in_sql_is_paused_not_fatal(
 ) -> None:
     service = scheduler(app, code=False)
     await asyncio.to_thread(app.schedule, "rt", "* * * * *", "report", args=["x"])
+    await asyncio.to_thread(app.schedule, "rt2", "* * * * *", "report", args=["y"])
     await aexecute(dsn, "UPDATE pgqueue.schedules SET cron = 'every minute', "
                    "next_run_at = now() WHERE name = 'rt'")
+    # A row the jobs table refuses (meta must be an object): paused too, the worker lives.
+    await aexecute(dsn, "UPDATE pgqueue.schedules SET meta = '[]', "
+                   "next_run_at = now() WHERE name = 'rt2'")
     await service.round()
-    (info,) = await asyncio.to_thread(app.schedules)
-    assert info.paused and await jobs_of(dsn, "report") == []
+    assert {i.name: i.paused for i in await asyncio.to_thread(app.schedules)} == \
+        {"rt": True, "rt2": True}
+    assert await jobs_of(dsn, "report") == []
 
 
 async def test_a_tick_is_enqueued_while_every_slot_is_busy(app: Queue, dsn: str) -> None:
