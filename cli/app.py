@@ -15,7 +15,19 @@ from typer.core import TyperArgument, TyperGroup
 
 import pgqueue
 
-from . import dead, demo, enqueue, jobs, migrate, monitoring, queues, roles, worker, workflows
+from . import (
+    dead,
+    demo,
+    enqueue,
+    jobs,
+    migrate,
+    monitoring,
+    periodic,
+    queues,
+    roles,
+    worker,
+    workflows,
+)
 from .context import CliContext, connected
 from .errors import one_line_error
 from .logs import configure_logging
@@ -95,6 +107,7 @@ app.add_typer(jobs.app, name="jobs")
 app.add_typer(dead.app, name="dead")
 app.add_typer(queues.app, name="queues")
 app.add_typer(workflows.app, name="workflows")
+app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
 roles.register(app)
 demo.register(app)

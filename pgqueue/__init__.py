@@ -18,6 +18,7 @@ from pgqueue.errors import (
     PgQueueError,
     QueueFull,
     Retry,
+    ScheduleNotFound,
     SchemaOutOfDate,
     Snooze,
     TaskNotFound,
@@ -25,6 +26,7 @@ from pgqueue.errors import (
 from pgqueue.job import Job
 from pgqueue.queue import Queue
 from pgqueue.queues import QueueInfo
+from pgqueue.schedules import ScheduleInfo
 from pgqueue.task import Task
 from pgqueue.workflows import (
     TaskSignature,
@@ -54,6 +56,8 @@ __all__ = [
     "QueueFull",
     "QueueInfo",
     "Retry",
+    "ScheduleInfo",
+    "ScheduleNotFound",
     "SchemaOutOfDate",
     "Snooze",
     "Task",

@@ -69,6 +69,12 @@ class JobNotFound(PgQueueError, LookupError):
     __module__ = "pgqueue"
 
 
+class ScheduleNotFound(PgQueueError, LookupError):
+    """No periodic schedule has that name (``pgq periodic list`` shows them)."""
+
+    __module__ = "pgqueue"
+
+
 class DuplicateJob(PgQueueError):
     """Another live job already holds this idempotency key."""
 

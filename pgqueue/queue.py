@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import dead_jobs, queues, workflows
+from pgqueue import dead_jobs, queues, schedules, workflows
+from pgqueue.cron import parse_cron
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
 from pgqueue.db.plans import Plan, run_async, run_sync
 from pgqueue.db.queries import Queries, for_schema
 from pgqueue.dead_jobs import DeadRetryResult
 from pgqueue.errors import (
+    ArgumentError,
     ConfigurationError,
     JobNotFound,
     QueueFull,
@@ -32,6 +34,7 @@ from pgqueue.job import API_STATUSES, Job
 from pgqueue.operations import cancel_job, get_job, list_jobs, purge_queue
 from pgqueue.options import TASK_OPTIONS, JobOptions, queue_name, retry_intervals, task_name
 from pgqueue.queues import QUEUE_FULL, QueueInfo
+from pgqueue.schedules import SCHEDULE_OPTIONS, PeriodicSpec, ScheduleInfo, schedule_name
 from pgqueue.settings import (
     EMBEDDED,
     normalize_dsn,
@@ -71,6 +74,9 @@ class Queue:
         self._pool_mode: str | None = None
         self.schema = resolve_schema(schema)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        # Schedules declared with @q.periodic, by schedule name: every worker of this
+        # Queue declares them in the schedules table when it starts.
+        self.periodic_tasks: dict[str, PeriodicSpec] = {}
         self._lock = threading.Lock()
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool[Any]] = {}
@@ -158,6 +164,111 @@ class Queue:
             return task
 
         return register(func) if func is not None else register
+
+    def periodic(
+        self, cron: str, *, tz: str | None = None, name: str | None = None, **options: Any
+    ) -> Callable[[Task[Any, Any]], Task[Any, Any]]:
+        """Enqueue the task below at every tick of ``cron``: ``@q.periodic("*/5 * * * *")``
+        placed above ``@q.task``.
+
+        ``cron``: 5 fields or an alias (``@hourly``, ``@daily``, ``@weekly``, ``@monthly``,
+        ``@yearly``, ``@annually``, ``@midnight``), read in ``tz`` (an IANA name; UTC by
+        default). ``name``: the schedule's name (default: the task's name; give one to
+        schedule a task twice). Options: queue, priority, max_attempts, timeout,
+        result_ttl, meta (default: the task's). The task must take no arguments (or only
+        ``ctx: JobContext``). Each tick is enqueued exactly once, by whichever worker
+        gets there first, with ``run_at`` = the tick. See docs/guides/periodic.md.
+        """
+        parsed = parse_cron(cron, tz)
+        JobOptions().with_options(options, SCHEDULE_OPTIONS)  # bad options fail here
+        if name is not None:
+            schedule_name(name)
+
+        def register(task: Task[Any, Any]) -> Task[Any, Any]:
+            if not isinstance(task, Task):
+                raise ConfigurationError(
+                    f"@q.periodic({cron!r}) decorates a task: place it above @q.task, "
+                    f"not below (got {type(task).__name__} {getattr(task, '__name__', '')!r})")
+            if task.queue is not self:
+                raise ConfigurationError(
+                    f"@q.periodic: task {task.name!r} is registered with another Queue")
+            try:
+                task.signature.prepare((), {})
+            except ArgumentError as exc:
+                raise ConfigurationError(
+                    f"periodic task {task.name!r} takes arguments ({str(exc).split(': ', 1)[-1]})"
+                    ": a periodic task takes none, or only ctx: JobContext; use "
+                    "q.schedule(name, cron, task, args=[...]) for a schedule with arguments"
+                ) from None
+            spec_name = schedule_name(name or task.name)
+            known = self.periodic_tasks.get(spec_name)
+            if known is not None and known.task != task.name:
+                raise ConfigurationError(
+                    f"schedule name {spec_name!r} is already used by task {known.task!r}; "
+                    "pass name= to tell them apart")
+            self.periodic_tasks[spec_name] = PeriodicSpec(
+                spec_name, parsed, task.name, task.options.with_options(options, SCHEDULE_OPTIONS))
+            return task
+
+        return register
+
+    def schedule(
+        self,
+        name: str,
+        cron: str,
+        task: Task[Any, Any] | str,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        tz: str | None = None,
+        **options: Any,
+    ) -> ScheduleInfo:
+        """Add (or replace) the run-time schedule ``name``: enqueue ``task`` (a Task or a
+        task name) with these arguments at every tick of ``cron`` in ``tz`` (UTC by
+        default). Stored in the database: running workers pick it up without a restart.
+
+        Options: queue, priority, max_attempts, timeout, result_ttl, meta (default: the
+        task's, when it is registered here). A registered task checks the arguments now,
+        like ``enqueue``; a task name this process does not know is stored as given.
+        """
+        from pgqueue.arguments import call_arguments
+
+        checked_name = schedule_name(name)
+        parsed = parse_cron(cron, tz)
+        if isinstance(task, Task):
+            target = task
+        else:
+            target = self.tasks.get(task_name(task)) or self._unregistered_task(task)
+        positional, keywords = call_arguments(args, kwargs)
+        encoded = target.signature.encode(positional, keywords)
+        job_options = target.options.with_options(options, SCHEDULE_OPTIONS)
+        return self.run_plan(schedules.upsert_schedule(
+            self.queries, name=checked_name, cron=parsed, task=target.name,
+            args=encoded.args, kwargs=encoded.kwargs, options=job_options,
+            now=datetime.now(UTC)))
+
+    def unschedule(self, name: str) -> None:
+        """Delete the schedule ``name``; raises ScheduleNotFound. A code schedule comes
+        back when a worker that declares it starts: remove it from the code (or pause it)."""
+        self.run_plan(schedules.delete_schedule(self.queries, name))
+
+    def pause_schedule(self, name: str) -> ScheduleInfo:
+        """Enqueue no tick of ``name`` until it is resumed (code schedules too)."""
+        return self.run_plan(schedules.pause_schedule(self.queries, name))
+
+    def resume_schedule(self, name: str) -> ScheduleInfo:
+        """Enqueue ``name``'s ticks again, from the next one (none missed while paused)."""
+        return self.run_plan(schedules.resume_schedule(self.queries, name, datetime.now(UTC)))
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule, code and run-time, by name: its definition and state."""
+        return self.run_plan(schedules.list_schedules(self.queries))
+
+    def _unregistered_task(self, name: str) -> Task[Any, Any]:
+        """A Task for a name this process does not know: any JSON arguments, the default
+        options (another process's worker may know it)."""
+        return Task(self, _any_arguments, name=task_name(name), options=JobOptions(),
+                    retry_intervals=None)
 
     def get_task(self, name: str) -> Task[Any, Any]:
         """The task registered under ``name``; raises TaskNotFound."""
@@ -264,12 +375,9 @@ class Queue:
         from pgqueue.arguments import call_arguments
 
         positional, keywords = call_arguments(args, kwargs)
-        task = self.tasks.get(task_name(name))
-        if task is None:
-            # An unregistered Task takes any JSON arguments and the default options, and
-            # enqueues through the same TaskCall path as a registered one.
-            task = Task(self, _any_arguments, name=name, options=JobOptions(),
-                        retry_intervals=None)
+        # An unregistered Task takes any JSON arguments and the default options, and
+        # enqueues through the same TaskCall path as a registered one.
+        task = self.tasks.get(task_name(name)) or self._unregistered_task(name)
         return task.using(**options).enqueue(*positional, **keywords)
 
     # -- reading and managing jobs ----------------------------------------------------

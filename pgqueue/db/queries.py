@@ -112,6 +112,35 @@ class StaleWorker(NamedTuple):
     id: str
 
 
+class DueSchedule(NamedTuple):
+    """A row of ``select_due_schedules``: a schedule whose tick has come."""
+
+    name: str
+    cron: str
+    tz: str
+    next_run_at: datetime  # the tick due (the job's run_at)
+    now: datetime  # the database's clock: the next tick is computed after it
+
+
+class TickEnqueued(NamedTuple):
+    """The one row of ``enqueue_schedule_tick`` and ``skip_schedule_tick``."""
+
+    advanced: int  # 1: this statement took the tick; 0: another worker did (or it changed)
+    job_id: int | None  # the tick's job (None: skipped, or its key was already taken)
+
+
+class NextTick(NamedTuple):
+    """The one row of ``next_schedule_due``."""
+
+    seconds: float | None  # until the next active tick, by the database's clock; None: none
+
+
+class DeclaredSchedule(NamedTuple):
+    """A row of ``declare_schedules``: a code schedule this worker now declares."""
+
+    name: str
+
+
 # -- Shared fragments ----------------------------------------------------------------------
 
 # Columns of a job row, in the order queries return them (the fields of pgqueue.job.Job).
@@ -641,6 +670,152 @@ class Queries:
              FOR UPDATE SKIP LOCKED))
     """)
     notify_ready = _Plain("SELECT pg_notify(%(channel)s, %(queues)s)")
+    # -- Periodic jobs (revision 0008_schedules; pgqueue/schedules.py explains) ---------
+    # A schedule is active while it is a run-time one or some live worker declares it.
+    # Ticks are computed in Python (pgqueue/cron.py) and passed in.
+    select_due_schedules = _Typed(DueSchedule, """
+        SELECT name, cron, tz, next_run_at, now() AS now FROM {schema}.schedules
+         WHERE next_run_at <= now() AND NOT paused
+           AND (source = 'runtime' OR declared_until > now())
+         ORDER BY next_run_at, name
+         LIMIT %(limit)s
+    """)
+    # One tick, exactly once: the row is taken only if it still holds the tick this
+    # worker saw (SKIP LOCKED: a worker doing the same tick right now is skipped, and a
+    # row it advanced no longer matches); the job is inserted from the row, with the
+    # tick as run_at and a per-tick idempotency key as a second guard, and the row moves
+    # on to the next tick, all in this one statement.
+    enqueue_schedule_tick = _Typed(TickEnqueued, """
+        WITH due AS (
+            SELECT s.name, s.task, s.args, s.kwargs, s.queue, s.priority, s.max_attempts,
+                   s.meta, s.timeout, s.result_ttl, s.next_run_at
+              FROM {schema}.schedules s
+             WHERE s.name = %(name)s AND s.next_run_at = %(tick)s AND NOT s.paused
+               AND (s.source = 'runtime' OR s.declared_until > now())
+               FOR UPDATE SKIP LOCKED
+        ),
+        inserted AS (
+            INSERT INTO {schema}.jobs AS j
+                (queue, task, args, kwargs, priority, run_at, max_attempts, idempotency_key,
+                 meta, timeout, result_ttl)
+            SELECT queue, task, args, kwargs, priority, next_run_at, max_attempts, %(key)s,
+                   meta, timeout, result_ttl
+              FROM due
+            ON CONFLICT (idempotency_key)
+               WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
+            DO NOTHING
+            RETURNING j.id
+        ),
+        advanced AS (
+            UPDATE {schema}.schedules AS s
+               SET next_run_at = %(next_run_at)s, last_run_at = due.next_run_at,
+                   last_job_id = COALESCE((SELECT id FROM inserted), s.last_job_id)
+              FROM due
+             WHERE s.name = due.name
+            RETURNING s.name
+        )
+        SELECT (SELECT count(*) FROM advanced)::int AS advanced,
+               (SELECT id FROM inserted) AS job_id
+    """)
+    # A tick whose job could not be inserted (its queue is full: QueueFull) is skipped,
+    # or every worker would try it again at once, forever.
+    skip_schedule_tick = _Typed(TickEnqueued, """
+        WITH advanced AS (
+            UPDATE {schema}.schedules AS s SET next_run_at = %(next_run_at)s
+             WHERE s.name = %(name)s AND s.next_run_at = %(tick)s
+            RETURNING s.name
+        )
+        SELECT (SELECT count(*) FROM advanced)::int AS advanced, NULL::bigint AS job_id
+    """)
+    next_schedule_due = _Typed(NextTick, """
+        SELECT EXTRACT(EPOCH FROM min(next_run_at) - clock_timestamp())::float8 AS seconds
+          FROM {schema}.schedules
+         WHERE NOT paused AND (source = 'runtime' OR declared_until > now())
+    """)
+    # A worker's code schedules, at its start: new ones are inserted; existing code ones
+    # take this worker's definition (the newest deployment's), and a changed cron or time
+    # zone starts again from the next tick of the new one. A run-time schedule of the
+    # same name is left alone (its name is not returned).
+    declare_schedules = _Typed(DeclaredSchedule, """
+        INSERT INTO {schema}.schedules AS s
+            (name, cron, tz, task, args, kwargs, queue, priority, max_attempts, timeout,
+             result_ttl, meta, source, next_run_at, declared_until)
+        SELECT d.name, d.cron, d.tz, d.task, '[]', '{{}}', d.queue, d.priority,
+               d.max_attempts, d.timeout, d.result_ttl, d.meta, 'code', d.next_run_at,
+               now() + make_interval(secs => %(lease)s)
+          FROM jsonb_to_recordset(%(schedules)s::jsonb) AS d(
+               name text, cron text, tz text, task text, queue text, priority smallint,
+               max_attempts integer, timeout double precision, result_ttl integer,
+               meta jsonb, next_run_at timestamptz)
+        ON CONFLICT (name) DO UPDATE
+           SET cron = EXCLUDED.cron, tz = EXCLUDED.tz, task = EXCLUDED.task,
+               queue = EXCLUDED.queue, priority = EXCLUDED.priority,
+               max_attempts = EXCLUDED.max_attempts, timeout = EXCLUDED.timeout,
+               result_ttl = EXCLUDED.result_ttl, meta = EXCLUDED.meta,
+               declared_until = GREATEST(s.declared_until, EXCLUDED.declared_until),
+               next_run_at = CASE WHEN s.cron = EXCLUDED.cron AND s.tz = EXCLUDED.tz
+                                  THEN s.next_run_at ELSE EXCLUDED.next_run_at END,
+               updated_at = CASE WHEN (s.cron, s.tz, s.task, s.queue, s.priority,
+                                       s.max_attempts, s.timeout, s.result_ttl, s.meta)
+                                      IS NOT DISTINCT FROM
+                                      (EXCLUDED.cron, EXCLUDED.tz, EXCLUDED.task,
+                                       EXCLUDED.queue, EXCLUDED.priority,
+                                       EXCLUDED.max_attempts, EXCLUDED.timeout,
+                                       EXCLUDED.result_ttl, EXCLUDED.meta)
+                                 THEN s.updated_at ELSE now() END
+         WHERE s.source = 'code'
+        RETURNING s.name
+    """)
+    # While it runs, a worker keeps its code schedules active (every heartbeat interval).
+    renew_schedules = _Plain("""
+        UPDATE {schema}.schedules
+           SET declared_until = GREATEST(declared_until,
+                                         now() + make_interval(secs => %(lease)s))
+         WHERE name = ANY(%(names)s::text[]) AND source = 'code'
+    """)
+    select_schedules = _Plain("""
+        SELECT name, cron, tz, task, args, kwargs, queue, priority, max_attempts, timeout,
+               result_ttl, meta, source, paused,
+               (source = 'runtime' OR declared_until > now()) AS active,
+               next_run_at, last_run_at, last_job_id, declared_until, created_at, updated_at
+          FROM {schema}.schedules
+         WHERE %(name)s::text IS NULL OR name = %(name)s::text
+         ORDER BY name
+    """)
+    # q.schedule / pgq periodic add: a new run-time schedule, or a new definition for
+    # one (starting from its next tick); a code schedule of that name is left alone (no
+    # row comes back).
+    upsert_schedule = _Plain("""
+        INSERT INTO {schema}.schedules AS s
+            (name, cron, tz, task, args, kwargs, queue, priority, max_attempts, timeout,
+             result_ttl, meta, source, next_run_at)
+        VALUES (%(name)s, %(cron)s, %(tz)s, %(task)s, %(args)s::jsonb, %(kwargs)s::jsonb,
+                %(queue)s, %(priority)s, %(max_attempts)s, %(timeout)s, %(result_ttl)s,
+                %(meta)s::jsonb, 'runtime', %(next_run_at)s)
+        ON CONFLICT (name) DO UPDATE
+           SET cron = EXCLUDED.cron, tz = EXCLUDED.tz, task = EXCLUDED.task,
+               args = EXCLUDED.args, kwargs = EXCLUDED.kwargs, queue = EXCLUDED.queue,
+               priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+               timeout = EXCLUDED.timeout, result_ttl = EXCLUDED.result_ttl,
+               meta = EXCLUDED.meta, next_run_at = EXCLUDED.next_run_at,
+               updated_at = now()
+         WHERE s.source = 'runtime'
+        RETURNING s.name
+    """)
+    delete_schedule = _Plain("""
+        DELETE FROM {schema}.schedules WHERE name = %(name)s RETURNING name, source
+    """)
+    pause_schedule = _Plain("""
+        UPDATE {schema}.schedules SET paused = true, updated_at = now()
+         WHERE name = %(name)s AND NOT paused
+    """)
+    # Resuming starts from the tick after now (the ticks missed while paused are not
+    # enqueued); matched on the cron and time zone the tick was computed from.
+    resume_schedule = _Plain("""
+        UPDATE {schema}.schedules
+           SET paused = false, next_run_at = %(next_run_at)s, updated_at = now()
+         WHERE name = %(name)s AND paused AND cron = %(cron)s AND tz = %(tz)s
+    """)
     # -- Reading jobs ------------------------------------------------------------------
     select_job = _Plain(_LIVE_SELECT + " WHERE j.id = %(id)s UNION ALL " + _DEAD_SELECT
     + " WHERE j.id = %(id)s")

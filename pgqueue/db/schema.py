@@ -42,8 +42,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from pgqueue.settings import validate_schema_name
 
 __all__ = [
-    "build_metadata", "dead_jobs", "jobs", "metadata", "queues", "workers", "workflow_edges",
-    "workflows",
+    "build_metadata", "dead_jobs", "jobs", "metadata", "queues", "schedules", "workers",
+    "workflow_edges", "workflows",
 ]
 
 _TIMESTAMPTZ = TIMESTAMP(timezone=True)
@@ -319,9 +319,54 @@ def _workflow_edges(metadata: MetaData, schema: str) -> Table:
     return table
 
 
+def _schedules(metadata: MetaData, schema: str) -> Table:
+    return Table(
+        "schedules",
+        metadata,
+        Column("name", Text, nullable=False),
+        Column("cron", Text, nullable=False,
+               comment="5-field cron expression or @hourly-style alias, read in tz."),
+        Column("tz", Text, nullable=False, server_default=text("'UTC'"),
+               comment="IANA time zone of cron."),
+        Column("task", Text, nullable=False),
+        Column("args", JSONB, nullable=False, server_default=text("'[]'")),
+        Column("kwargs", JSONB, nullable=False, server_default=text("'{}'")),
+        Column("queue", Text, nullable=False, server_default=text("'default'")),
+        Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+        Column("max_attempts", Integer, nullable=False, server_default=text("3")),
+        Column("timeout", Double),
+        Column("result_ttl", Integer, nullable=False, server_default=text("86400")),
+        Column("meta", JSONB, nullable=False, server_default=text("'{}'")),
+        Column("source", Text, nullable=False,
+               comment="code: declared by @q.periodic in the workers; runtime: q.schedule / "
+                       "pgq periodic add."),
+        Column("paused", Boolean, nullable=False, server_default=text("false"),
+               comment="No tick is enqueued while paused; resuming starts at the next tick."),
+        Column("next_run_at", _TIMESTAMPTZ, nullable=False,
+               comment="The next tick (the enqueued job's run_at); missed ticks are not "
+                       "backfilled."),
+        Column("last_run_at", _TIMESTAMPTZ, comment="The tick of the last job enqueued."),
+        Column("last_job_id", BigInteger,
+               comment="The id of the last job enqueued (it may since have been pruned)."),
+        Column("declared_until", _TIMESTAMPTZ,
+               comment="Code schedules: a live worker declares it until then; once past, "
+                       "the schedule is inactive and not enqueued."),
+        Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        Column("updated_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("name", name="schedules_pkey"),
+        CheckConstraint("length(name) BETWEEN 1 AND 200", name="schedules_name_check"),
+        CheckConstraint("source IN ('code', 'runtime')", name="schedules_source_check"),
+        CheckConstraint("jsonb_typeof(args) = 'array' AND jsonb_typeof(kwargs) = 'object'",
+                        name="schedules_args_check"),
+        schema=schema,
+        comment="pgqueue periodic jobs: one row per schedule; at each tick one worker "
+                "enqueues the job and advances next_run_at in the same statement.",
+    )
+
+
 def build_metadata(schema: str = "pgqueue") -> MetaData:
     """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers``, ``queues``,
-    ``workflows`` and ``workflow_edges`` in ``schema``.
+    ``workflows``, ``workflow_edges`` and ``schedules`` in ``schema``.
 
     Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
     """
@@ -333,6 +378,7 @@ def build_metadata(schema: str = "pgqueue") -> MetaData:
     _queues(metadata, schema)
     _workflows(metadata, schema)
     _workflow_edges(metadata, schema)
+    _schedules(metadata, schema)
     return metadata
 
 
@@ -343,3 +389,4 @@ workers = metadata.tables["pgqueue.workers"]
 queues = metadata.tables["pgqueue.queues"]
 workflows = metadata.tables["pgqueue.workflows"]
 workflow_edges = metadata.tables["pgqueue.workflow_edges"]
+schedules = metadata.tables["pgqueue.schedules"]

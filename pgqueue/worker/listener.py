@@ -4,18 +4,26 @@ Insert statements notify once per statement, naming the queues that got ready jo
 the ``notify_jobs_ready`` trigger). Notifications can be lost — the connection may drop —
 so after every (re)connect the listener wakes the producer once, and the producer also
 polls on a timer.
+
+The same channel carries ``,schedules`` when the periodic schedules change (revision
+0008_schedules: no list of queue names can start with a comma): that wakes the
+scheduler, not the producer.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Final
 
 from psycopg import sql
 
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Connect
 from pgqueue.worker.service import Service
+
+# The payload of the schedules table's trigger.
+SCHEDULES_CHANGED: Final = ",schedules"
 
 
 class Listener(Service):
@@ -31,11 +39,13 @@ class Listener(Service):
         channel: str,
         queues: frozenset[str],
         wake: Callable[[], None],
+        schedules_changed: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff(base=0.2, cap=5.0))
         self._channel = channel
         self._queues = queues
         self._wake = wake
+        self._schedules_changed = schedules_changed
         self.listening = asyncio.Event()
 
     def _relevant(self, payload: str) -> bool:
@@ -52,8 +62,11 @@ class Listener(Service):
         self.backoff.reset()
         self.listening.set()
         self._wake()  # anything that became ready while we were not listening
+        self._schedules_changed()  # and any schedule changed meanwhile
         async for notify in conn.notifies():
-            if self._relevant(notify.payload):
+            if notify.payload == SCHEDULES_CHANGED:
+                self._schedules_changed()
+            elif self._relevant(notify.payload):
                 self._wake()
 
     def failed(self, error: str, delay: float) -> str:

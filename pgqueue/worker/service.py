@@ -77,6 +77,10 @@ class Service:
         self._connect = connect
         self.backoff = backoff
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        # One opening at a time: the connection may be asked for by two tasks at once
+        # (the scheduler borrows the maintenance service's), and two openings would
+        # leave one connection unreferenced and never closed.
+        self._opening = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         # True once the service has nothing more to do (a burst worker's producer).
         self.finished = False
@@ -99,7 +103,9 @@ class Service:
     async def connection(self) -> psycopg.AsyncConnection[Any]:
         """The service's connection, opened now if it is closed."""
         if self._conn is None or self._conn.closed:
-            self._conn = await self._connect()
+            async with self._opening:
+                if self._conn is None or self._conn.closed:
+                    self._conn = await self._connect()
         return self._conn
 
     async def close(self) -> None:

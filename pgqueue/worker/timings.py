@@ -60,6 +60,12 @@ DEFAULT_PRUNE_INTERVAL: Final = 30.0
 # heartbeating); the grace keeps a worker that is merely slow from flickering.
 STALE_WORKER_GRACE: Final = 10.0
 
+# -- Periodic jobs (worker/scheduler.py) ------------------------------------------------------
+# A scheduler sleeps until the next tick, or until a NOTIFY says the schedules changed;
+# it also reads the table this often in case a notification was lost (a worker without
+# a listener reads it every poll interval instead).
+SCHEDULE_RECHECK: Final = 60.0
+
 # -- Shutdown ------------------------------------------------------------------------------------
 # How long a stopping worker waits for a claim in flight to return (then it cancels it;
 # its jobs, if it committed, come back when their lease expires).

@@ -3,7 +3,7 @@
 Services (``worker/service.py``; each in its own module, each with its own connection
 from ``worker/connections.py``): producer (claims) → executor (runs; no SQL) → completer
 (writes outcomes, fenced); heartbeat (leases, worker row); listener (NOTIFY wake-ups);
-maintenance (rescuer, pruner).
+maintenance (rescuer, pruner); scheduler (periodic jobs' ticks).
 
 Shutdown (SIGTERM or SIGINT): stop claiming; let running jobs finish for up to
 ``shutdown_timeout``; then stop the rest and release them to ``queued`` at once with the
@@ -39,6 +39,7 @@ from pgqueue.worker.listener import Listener
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.producer import MAX_CLAIM, Producer
+from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import Service, retrying
 from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.threads import DaemonThreadPool
@@ -112,22 +113,32 @@ class Worker:
             burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
             queue_room=self._queue_room if settings.queue_slots else None,
         )
+        self.maintenance = Maintenance(
+            connect=self.connections.link(), queries=queries,
+            rescue_interval=settings.rescue_interval, prune_interval=settings.prune_interval,
+        )
+        # Periodic ticks; none in a burst worker, which only drains what is ready. It
+        # borrows the maintenance connection (a few statements per tick do not deserve a
+        # connection of their own); without a listener it reads the schedules every poll
+        # interval.
+        self.scheduler = None if settings.burst else Scheduler(
+            connect=self.maintenance.connection, queries=queries,
+            specs=list(queue.periodic_tasks.values()), lease=settings.lease,
+            recheck=timings.SCHEDULE_RECHECK if settings.listen else settings.poll_interval,
+        )
         # None with listen=False: the producer polls (and the worker is ready once
         # registered).
         self.listener = Listener(
             connect=self.connections.listen_link(), channel=notify_channel(queue.schema),
             queues=frozenset(settings.queues), wake=self.producer.wake,
+            schedules_changed=self.scheduler.wake if self.scheduler else lambda: None,
         ) if settings.listen else None
         self._registered = asyncio.Event()
-        self.maintenance = Maintenance(
-            connect=self.connections.link(), queries=queries,
-            rescue_interval=settings.rescue_interval, prune_interval=settings.prune_interval,
-        )
         # Started in this order and stopped in the reverse; the producer, which gives the
         # others work, starts last and stops first.
         self.services: list[Service] = [
             service for service in (self.completer, self.heartbeat, self.listener,
-                                    self.maintenance, self.producer)
+                                    self.maintenance, self.scheduler, self.producer)
             if service is not None
         ]
 

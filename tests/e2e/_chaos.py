@@ -161,15 +161,17 @@ class Processes:
         netns: str | None = None,
         extra: Sequence[str] = (),
         wait_registered: bool = True,
+        app: str = "chaos_tasks:q",
     ) -> WorkerProcess:
-        """Start ``pgq worker -A chaos_tasks:q`` against ``dsn``.
+        """Start ``pgq worker -A chaos_tasks:q`` (or ``app``, a module of tests/e2e/apps)
+        against ``dsn``.
 
         ``record_dsn`` is where the tasks write their ``chaos_runs`` rows (default:
         ``dsn``). With ``netns`` the worker runs inside that network namespace.
         """
         name = name or f"worker{len(self.workers) + 1}"
         command = [
-            pgq_executable(), "worker", "-A", "chaos_tasks:q", "--dsn", dsn,
+            pgq_executable(), "worker", "-A", app, "--dsn", dsn,
             "--concurrency", str(concurrency), "--lease", f"{lease:g}",
             "--shutdown-timeout", f"{shutdown_timeout:g}", "--poll-interval",
             f"{poll_interval:g}", *extra,

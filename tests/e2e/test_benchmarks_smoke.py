@@ -30,6 +30,10 @@ CASES = {
          "--workers", "2"],
         {"direct", "pooled_listen", "pooled_poll", "duplicates", "missing", "complete"},
     ),
+    "periodic": (
+        ["--ticks", "5", "--lag-ticks", "1", "--lead", "0.2", "--jobs", "200"],
+        {"round", "lag", "claims", "duplicates", "missing", "machine"},
+    ),
     "queue_settings": (
         ["--ready", "200", "--paused-ahead", "50", "--claims", "5", "--queued", "20",
          "--enqueues", "5"],

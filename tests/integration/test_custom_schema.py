@@ -10,7 +10,14 @@ import pytest
 from pgqueue import Discard, JobContext, Queue
 from pgqueue.db.queries import for_schema
 from pgqueue.worker.maintenance import Maintenance
-from tests.integration._worker_helpers import arow, background_worker, run_burst, until_sleeping
+from tests._polling import async_wait_until
+from tests.integration._worker_helpers import (
+    aexecute,
+    arow,
+    background_worker,
+    run_burst,
+    until_sleeping,
+)
 
 SCHEMA = "jobs_custom"
 
@@ -141,3 +148,28 @@ async def test_bulk_enqueue_copies_into_the_custom_schema(
         stored: dict[int, int] = dict(await cursor.fetchall())
     assert len(stored) == COPY_MIN_JOBS + 1
     assert [stored[job_id] for job_id in jobs.ids] == list(range(COPY_MIN_JOBS))
+
+
+async def test_periodic_ticks_under_a_custom_schema(aq: Queue, dsn: str) -> None:
+    """A code schedule declared in the custom schema; a run-time one added while the worker
+    runs wakes it on the custom schema's channel, and its tick is enqueued there."""
+    @aq.periodic("@yearly")
+    @aq.task(name="yearly")
+    def yearly() -> None: ...
+
+    @aq.task(name="echo")
+    def echo(value: str) -> str:
+        return value
+
+    async with background_worker(aq) as worker:
+        assert worker.scheduler is not None
+        await async_wait_until(lambda: aq.schedules(), timeout=10,
+                               message="the worker to declare its code schedule")
+        await asyncio.to_thread(aq.schedule, "rt", "@daily", "echo", args=["x"])
+        await aexecute(dsn, f"UPDATE {SCHEMA}.schedules SET next_run_at = now(), "
+                       "paused = false WHERE name = 'rt'")
+        await async_wait_until(
+            lambda: aexecute(dsn, f"SELECT id FROM {SCHEMA}.jobs WHERE task = 'echo'"),
+            timeout=10, message="the tick's job in the custom schema")
+    names = {info.name: info.source for info in await asyncio.to_thread(aq.schedules)}
+    assert names == {"yearly": "code", "rt": "runtime"}

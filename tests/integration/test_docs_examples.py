@@ -1,5 +1,5 @@
 """The SQL and Python examples of docs/quickstart.md, docs/reference/schema.md,
-docs/guides/queues.md and docs/guides/workflows.md run.
+docs/guides/queues.md, docs/guides/workflows.md and docs/guides/periodic.md run.
 
 A reader copies them; they must work as printed. Every ```sql and ```python block is
 executed, in order, against a migrated database (the quickstart's DSN
@@ -47,7 +47,8 @@ def blocks(page: Path, *languages: str) -> list[str]:
 
 def test_every_skipped_block_says_why() -> None:
     for page in (DOCS / "quickstart.md", DOCS / "reference" / "schema.md",
-                 DOCS / "guides" / "queues.md", DOCS / "guides" / "workflows.md"):
+                 DOCS / "guides" / "queues.md", DOCS / "guides" / "workflows.md",
+                 DOCS / "guides" / "periodic.md"):
         for marker in re.findall(r"<!-- not executed:([^>]*)-->", page.read_text()):
             assert len(marker.strip()) > 10, (page, marker)
 
@@ -193,6 +194,36 @@ def test_queues_guide_examples_run(dsn: str) -> None:
     assert queues["email"].counts["scheduled"] == 1  # 6, from SQL, due in 10 minutes
     assert queues["email-bulk"].counts["queued"] == 1
     assert queues["reports"].paused and queues["reports"].priority_aging == 30
+
+
+def test_periodic_guide_examples_run(dsn: str) -> None:
+    """The guide's blocks in order; then a worker of its Queue declares the code schedules,
+    which the list shows next to the run-time one."""
+    from pgqueue.worker import BackgroundWorker, WorkerSettings
+    from tests._polling import wait_until
+
+    page = DOCS / "guides" / "periodic.md"
+    namespace: dict[str, Any] = {}
+    try:
+        for code in blocks(page, "python"):
+            namespace = _run_python_in(code, dsn, namespace)
+        for code in blocks(page, "sql"):
+            _run_sql(code, dsn)
+        q = namespace["q"]
+        assert "resize" not in q.periodic_tasks  # refused at decoration
+        with BackgroundWorker(q, WorkerSettings(concurrency=1)):
+            wait_until(lambda: len(q.schedules()) == 3, timeout=15,
+                       message="the worker to declare its code schedules")
+        found = {info.name: info for info in q.schedules()}
+    finally:
+        if "q" in namespace:
+            namespace["q"].close()
+    assert {name: (i.source, i.state) for name, i in found.items()} == {
+        "morning_digest": ("code", "active"), "refresh_rates": ("code", "active"),
+        "nightly-report": ("runtime", "active")}
+    assert found["morning_digest"].tz == "Europe/Paris"
+    assert (found["nightly-report"].args, found["nightly-report"].kwargs) == \
+        (["sales"], {"pages": 3})
 
 
 def test_workflows_guide_examples_run(dsn: str) -> None:

@@ -1,0 +1,92 @@
+"""Periodic jobs with real ``pgq worker`` processes and real minute boundaries.
+
+The one slow test of the feature: three workers, an every-minute code schedule, two
+ticks → exactly one job per tick, enqueued by exactly one of the workers; and a schedule
+added with ``pgq periodic add`` while they run is enqueued by them, without a restart.
+It starts the workers at second ~52 of a minute so the two ticks come 8 and 68 s later.
+Everything else about periodic jobs is tested fast, in tests/integration/test_periodic.py
+(by putting next_run_at in the past) and tests/unit/test_cron.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests._polling import wait_until
+from tests.e2e._chaos import Processes, query
+from tests.e2e._pgq import assert_one_line_error, clean_environment, json_of, ok, pgq
+
+WORKERS = 3
+
+
+def _ticks(dsn: str, task: str) -> list[tuple[datetime, str, datetime]]:
+    return [(row[0], row[1], row[2]) for row in query(
+        dsn, "SELECT run_at, status, created_at FROM pgqueue.jobs WHERE task = %s "
+        "ORDER BY run_at", (task,))]
+
+
+@pytest.mark.timeout(180)
+def test_three_workers_enqueue_each_tick_exactly_once(dsn: str, processes: Processes) -> None:
+    # Start at second 50-55: the workers are up well before the next minute boundary.
+    wait_until(lambda: 50 <= datetime.now(UTC).second < 55, timeout=61, interval=0.2,
+               message="second 50 of a minute")
+    workers = [processes.start_worker(dsn, app="periodic_tasks:q", concurrency=2,
+                                      lease=6, poll_interval=5) for _ in range(WORKERS)]
+    started = datetime.now(UTC)
+    ok("periodic", "add", "rt", "* * * * *", "runtime_tick", "--args", '["hello"]',
+       "--dsn", dsn)
+    first = (started + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    second = first + timedelta(minutes=1)
+    wait_until(lambda: len([t for t in _ticks(dsn, "every_minute")
+                            if t[1] == "succeeded"]) >= 2,
+               timeout=100, interval=0.5, message="two ticks of every_minute run")
+    # Past the second tick: a duplicate would have been inserted by now.
+    wait_until(lambda: datetime.now(UTC) >= second + timedelta(seconds=2), timeout=10)
+    ticks = _ticks(dsn, "every_minute")
+    assert [t[0] for t in ticks] == [first, second]
+    assert [t[0] for t in _ticks(dsn, "runtime_tick")] == [first, second]
+    # Exactly one worker's tick statement won each tick (the idempotency key is only a
+    # second guard): two "enqueued" lines per schedule across the three logs.
+    logs = "".join(worker.log() for worker in workers)
+    assert logs.count("Schedule 'every_minute': enqueued job") == 2, logs
+    assert logs.count("Schedule 'rt': enqueued job") == 2, logs
+    lags = [(created - run_at).total_seconds() for run_at, _, created in ticks]
+    print(f"tick to job inserted: {', '.join(f'{lag * 1000:.1f} ms' for lag in lags)}")
+    assert all(0 <= lag < 1.0 for lag in lags), lags
+    listed = {item["name"]: item for item in json_of("periodic", "list", "--dsn", dsn)}
+    assert listed["every_minute"]["state"] == "active"
+    assert listed["every_minute"]["source"] == "code"
+    assert listed["rt"]["source"] == "runtime"
+    assert listed["every_minute"]["last_run_at"] == second.isoformat()
+
+
+def test_periodic_commands(dsn: str) -> None:
+    """add, list, pause, resume, remove, and one-line errors for bad input."""
+    env = clean_environment()
+    added = json_of("periodic", "add", "nightly", "0 3 * * *", "reports.build", "--args",
+                    "[5]", "--tz", "Europe/Paris", "--queue", "reports", "--priority", "4",
+                    "--dsn", dsn, env=env)
+    assert (added["cron"], added["tz"], added["args"], added["queue"], added["priority"]) == \
+        ("0 3 * * *", "Europe/Paris", [5], "reports", 4)
+    assert added["state"] == "active" and added["source"] == "runtime"
+    table = ok("periodic", "list", "--dsn", dsn).stdout
+    assert "nightly" in table and "0 3 * * *" in table and "active" in table
+    assert json_of("periodic", "pause", "nightly", "--dsn", dsn)["state"] == "paused"
+    assert "paused" in ok("periodic", "list", "--dsn", dsn).stdout
+    resumed = json_of("periodic", "resume", "nightly", "--dsn", dsn)
+    assert resumed["state"] == "active"
+    assert "Removed schedule 'nightly'" in ok("periodic", "remove", "nightly",
+                                               "--dsn", dsn).stdout
+    assert json_of("periodic", "list", "--dsn", dsn) == []
+    assert_one_line_error(pgq("periodic", "remove", "nightly", "--dsn", dsn),
+                          "no schedule named 'nightly'")
+    assert_one_line_error(pgq("periodic", "add", "x", "0 3 * *", "t", "--dsn", dsn),
+                          "invalid cron expression '0 3 * *'", "5 fields")
+    assert_one_line_error(pgq("periodic", "add", "x", "@often", "t", "--dsn", dsn),
+                          "unknown cron alias '@often'", "@hourly")
+    assert_one_line_error(pgq("periodic", "add", "x", "@daily", "t", "--tz", "Paris",
+                              "--dsn", dsn), "unknown time zone 'Paris'", "Europe/Paris")
+    assert_one_line_error(pgq("periodic", "add", "x", "@daily", "t", "--args", "{",
+                              "--dsn", dsn), "invalid --args")
