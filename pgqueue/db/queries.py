@@ -111,6 +111,12 @@ class StaleWorker(NamedTuple):
     id: str
 
 
+class Pruned(NamedTuple):
+    """The one row of ``prune_finished_jobs``."""
+
+    pruned: int  # jobs deleted (their steps went with them)
+
+
 # -- Shared fragments ----------------------------------------------------------------------
 
 # Columns of a job row, in the order queries return them (the fields of pgqueue.job.Job).
@@ -177,6 +183,18 @@ _RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run
 # (Unqualified columns: every place that uses it reads only the jobs table.)
 _LEASE_EXPIRED = ("format('lease expired: worker %%s stopped heartbeating during attempt %%s', "
                   "worker_id, attempts)")
+
+
+# Delete the steps (job_steps, revision 0009_job_steps) of the jobs in CTE ``jobs``
+# (a column ``id``), for a statement that deletes jobs for good. ``= ANY(ARRAY(...))``
+# probes job_steps_pkey once per job: a join could pick a scan of every step. There is
+# no foreign key to do this (see the revision), and a job that moves to dead_jobs or back
+# keeps its steps, so only the statements that end a job run it.
+def _delete_steps_of(jobs: str) -> str:
+    return f"""
+            DELETE FROM {{schema}}.job_steps
+             WHERE job_id = ANY(ARRAY(SELECT id FROM {jobs}))
+    """
 
 
 # Per queue, the counts of its jobs by API status and its oldest ready job's wait:
@@ -518,6 +536,28 @@ class Queries:
          WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
         RETURNING id
     """)
+    # -- ctx.step(): checkpointed steps (revision 0009_job_steps) -----------------------
+    # A job's stored steps, read once per execution, at its first ctx.step().
+    select_job_steps = _Plain("""
+        SELECT name, result FROM {schema}.job_steps WHERE job_id = %(id)s
+    """)
+    # Record a completed step, fenced like every write of a running job: only while the
+    # row is running under this claim's token, and FOR SHARE so that nobody (the rescuer,
+    # a claim: both take rows FOR UPDATE SKIP LOCKED) changes the token until the step has
+    # committed. No row back: the lease was lost. A step already stored under the name
+    # (recorded concurrently, which the fence leaves no way to, or by hand) wins: its
+    # result is the one returned, so every run sees one value per step.
+    record_job_step = _Plain("""
+        WITH held AS (
+            SELECT id FROM {schema}.jobs
+             WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+               FOR SHARE
+        )
+        INSERT INTO {schema}.job_steps AS s (job_id, name, result)
+        SELECT id, %(name)s, %(result)s::jsonb FROM held
+        ON CONFLICT (job_id, name) DO UPDATE SET result = s.result
+        RETURNING s.result
+    """)
     # -- Heartbeat ---------------------------------------------------------------------
     # One statement: upsert this worker's row and extend the lease of every job it holds.
     # Returns the jobs still held, so the worker learns of lost leases and cancellations.
@@ -609,15 +649,21 @@ class Queries:
          WHERE lease_expires_at < now() - make_interval(secs => %(grace)s)
         RETURNING id
     """)
-    # Finished rows past their result_ttl; bounded so one run never holds locks for long.
-    prune_finished_jobs = _Plain("""
-        DELETE FROM {schema}.jobs AS j
-         WHERE j.id = ANY(ARRAY(
-            SELECT id FROM {schema}.jobs
-             WHERE expires_at IS NOT NULL AND expires_at < now()
-             ORDER BY expires_at
-             LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED))
+    # Finished rows past their result_ttl, and their steps; bounded so one run never
+    # holds locks for long.
+    prune_finished_jobs = _Typed(Pruned, """
+        WITH pruned AS (
+            DELETE FROM {schema}.jobs AS j
+             WHERE j.id = ANY(ARRAY(
+                SELECT id FROM {schema}.jobs
+                 WHERE expires_at IS NOT NULL AND expires_at < now()
+                 ORDER BY expires_at
+                 LIMIT %(limit)s
+                 FOR UPDATE SKIP LOCKED))
+            RETURNING j.id
+        ),
+        steps AS (""" + _delete_steps_of("pruned") + """)
+        SELECT count(*) AS pruned FROM pruned
     """)
     notify_ready = _Plain("SELECT pg_notify(%(channel)s, %(queues)s)")
     # -- Reading jobs ------------------------------------------------------------------
@@ -758,17 +804,35 @@ class Queries:
           FROM candidates c LEFT JOIN removed r ON r.id = c.id
          ORDER BY c.id
     """)
+    # Deleted for good, with their steps (a move to jobs keeps them: retry_dead_jobs).
     purge_dead_jobs = _Plain("""
-        DELETE FROM {schema}.dead_jobs
-         WHERE failed_at < now() - make_interval(secs => %(older_than)s)
-           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+        WITH purged AS (
+            DELETE FROM {schema}.dead_jobs
+             WHERE failed_at < now() - make_interval(secs => %(older_than)s)
+               AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+            RETURNING id
+        ),
+        steps AS (""" + _delete_steps_of("purged") + """)
+        SELECT count(*) AS purged FROM purged
     """)
 
-    # Queue.purge_queue: every job of a queue but the running ones (they finish first).
+    # Queue.purge_queue: every job of a queue but the running ones (they finish first),
+    # with their steps.
     purge_queue_jobs = _Plain("""
-        DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND status <> 'running'
+        WITH purged AS (
+            DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND status <> 'running'
+            RETURNING id
+        ),
+        steps AS (""" + _delete_steps_of("purged") + """)
+        SELECT count(*) AS purged FROM purged
     """)
-    purge_queue_dead_jobs = _Plain("DELETE FROM {schema}.dead_jobs WHERE queue = %(queue)s")
+    purge_queue_dead_jobs = _Plain("""
+        WITH purged AS (
+            DELETE FROM {schema}.dead_jobs WHERE queue = %(queue)s RETURNING id
+        ),
+        steps AS (""" + _delete_steps_of("purged") + """)
+        SELECT count(*) AS purged FROM purged
+    """)
 
     def __init__(self, schema: str) -> None:
         self.schema = schema

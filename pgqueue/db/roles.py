@@ -50,20 +50,24 @@ _READ_WRITE: Final = ("SELECT", "INSERT", "UPDATE", "DELETE")
 # kind's map (tests/e2e/test_roles.py checks this against a migrated database): a
 # migration that adds a table must decide who may touch it.
 TABLE_PRIVILEGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
+    # job_steps (0009_job_steps): the worker records and reads a job's steps and deletes
+    # them with the job (pruner, dead purge, purge_queue); an enqueue-only role never
+    # touches them.
     # queues: claims read it; pgq queues pause|resume|set write it. An enqueue into a
     # bounded queue locks its row, but in the insert trigger, which runs as the owner
     # (SECURITY DEFINER), so the web role needs nothing on it.
     "worker": {
         "jobs": _READ_WRITE, "dead_jobs": _READ_WRITE, "workers": _READ_WRITE,
-        "queues": ("SELECT", "INSERT", "UPDATE"), "alembic_version": _READ,
+        "queues": ("SELECT", "INSERT", "UPDATE"), "job_steps": _READ_WRITE,
+        "alembic_version": _READ,
     },
     "web": {
         "jobs": ("SELECT", "INSERT"), "dead_jobs": _READ, "workers": (), "queues": (),
-        "alembic_version": _READ,
+        "job_steps": (), "alembic_version": _READ,
     },
     "monitor": {
         "jobs": _READ, "dead_jobs": _READ, "workers": _READ, "queues": _READ,
-        "alembic_version": _READ,
+        "job_steps": _READ, "alembic_version": _READ,
     },
 }
 

@@ -40,7 +40,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 
 from pgqueue.settings import validate_schema_name
 
-__all__ = ["build_metadata", "dead_jobs", "jobs", "metadata", "queues", "workers"]
+__all__ = [
+    "build_metadata", "dead_jobs", "job_steps", "jobs", "metadata", "queues", "workers",
+]
 
 _TIMESTAMPTZ = TIMESTAMP(timezone=True)
 
@@ -247,9 +249,31 @@ def _queues(metadata: MetaData, schema: str) -> Table:
     )
 
 
+def _job_steps(metadata: MetaData, schema: str) -> Table:
+    # No foreign key to jobs (0009_job_steps): a job moves to dead_jobs and back, and
+    # keeps its steps through both moves.
+    return Table(
+        "job_steps",
+        metadata,
+        Column("job_id", BigInteger, nullable=False, autoincrement=False,
+               comment="The job (jobs.id or dead_jobs.id); no foreign key, the job moves "
+                       "between the two."),
+        Column("name", Text, nullable=False),
+        Column("result", JSONB,
+               comment="The step function's return value as JSON; NULL when it returned "
+                       "None."),
+        Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("job_id", "name", name="job_steps_pkey"),
+        CheckConstraint("length(name) BETWEEN 1 AND 200", name="job_steps_name_check"),
+        schema=schema,
+        comment="pgqueue checkpointed steps: the stored result of each completed ctx.step() "
+                "of a job, kept while the job is in jobs or dead_jobs.",
+    )
+
+
 def build_metadata(schema: str = "pgqueue") -> MetaData:
-    """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers`` and ``queues`` in
-    ``schema``.
+    """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers``, ``queues`` and
+    ``job_steps`` in ``schema``.
 
     Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
     """
@@ -259,6 +283,7 @@ def build_metadata(schema: str = "pgqueue") -> MetaData:
     _dead_jobs(metadata, schema)
     _workers(metadata, schema)
     _queues(metadata, schema)
+    _job_steps(metadata, schema)
     return metadata
 
 
@@ -267,3 +292,4 @@ jobs = metadata.tables["pgqueue.jobs"]
 dead_jobs = metadata.tables["pgqueue.dead_jobs"]
 workers = metadata.tables["pgqueue.workers"]
 queues = metadata.tables["pgqueue.queues"]
+job_steps = metadata.tables["pgqueue.job_steps"]
