@@ -102,8 +102,9 @@ def test_sqlalchemy_tables_match_the_migrated_database(dsn: str) -> None:
 @pytest.mark.parametrize("schema", ["custom_q"])
 def test_sqlalchemy_tables_match_under_a_custom_schema(dsn: str, schema: str) -> None:
     metadata = schema_module.build_metadata(schema)
-    assert sorted(metadata.tables) == [f"{schema}.dead_jobs", f"{schema}.jobs",
-                                       f"{schema}.queues", f"{schema}.workers"]
+    assert sorted(metadata.tables) == [f"{schema}.dead_jobs", f"{schema}.job_steps",
+                                       f"{schema}.jobs", f"{schema}.queues",
+                                       f"{schema}.workers"]
     assert _metadata_differences(dsn, schema, metadata) == []
 
 
@@ -112,11 +113,13 @@ def test_module_level_tables_are_the_default_schemas() -> None:
     assert schema_module.dead_jobs.fullname == "pgqueue.dead_jobs"
     assert schema_module.workers.fullname == "pgqueue.workers"
     assert schema_module.queues.fullname == "pgqueue.queues"
+    assert schema_module.job_steps.fullname == "pgqueue.job_steps"
     assert set(schema_module.metadata.tables) == {
         "pgqueue.jobs",
         "pgqueue.dead_jobs",
         "pgqueue.workers",
         "pgqueue.queues",
+        "pgqueue.job_steps",
     }
 
 
