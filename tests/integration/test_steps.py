@@ -122,7 +122,7 @@ async def test_a_dead_job_retried_keeps_its_steps(aq: Queue, dsn: str) -> None:
         before = await ctx.step("before", work, "before")
         if failing[0]:
             raise RuntimeError("downstream is down")
-        return before + await ctx.step("after", work, "after")
+        return str(before + await ctx.step("after", work, "after"))
 
     job = await fragile.enqueue_async()
     await run_burst(aq)
