@@ -139,8 +139,8 @@ class JobSteps:
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
-        """The open ctx.transaction()'s connection, else one from the task pool (whose
-        block commits on a clean exit)."""
+        """The open ctx.transaction()'s connection, else one from the task pool (in
+        autocommit mode: each statement commits on its own)."""
         if self._ctx.transaction_connection is not None:
             yield self._ctx.transaction_connection
             return
