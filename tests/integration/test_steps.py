@@ -434,3 +434,39 @@ async def test_steps_are_deleted_by_dead_purge_and_purge_queue(aq: Queue, dsn: s
     assert await asyncio.to_thread(aq.purge_queue, "doomed") == 2  # waiting + dead_in_queue
     assert await steps_of(dsn, waiting.id) == {}
     assert await steps_of(dsn, dead_in_queue.id) == {}
+
+
+# -- lazy loading ----------------------------------------------------------------------------
+
+
+async def test_stored_steps_are_read_once_per_run_and_never_without_a_step(
+    aq: Queue, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgqueue.steps import JobSteps
+
+    loads: list[int] = []
+    keep = JobSteps._keep
+
+    def counted(self: JobSteps, rows: list[tuple[str, Any]]) -> dict[str, Any]:
+        loads.append(len(rows))
+        return keep(self, rows)
+
+    monkeypatch.setattr(JobSteps, "_keep", counted)
+
+    @aq.task(name="three", retry_intervals=[0])
+    async def three(ctx: JobContext) -> None:
+        for name in ("a", "b", "c"):
+            await ctx.step(name, lambda: 1)
+        if ctx.attempt == 1:
+            raise RuntimeError("again")
+
+    @aq.task(name="plain")
+    async def plain() -> None:
+        return None
+
+    await three.enqueue_async()
+    await plain.enqueue_many_async([() for _ in range(5)])
+    await run_burst(aq)
+    # One read per run of the stepping job (none stored, then all three); none for the
+    # jobs without steps.
+    assert loads == [0, 3]
