@@ -57,7 +57,7 @@ TASK_MODULE = '''
 import os
 import time
 
-from pgqueue import Queue
+from pgqueue import JobContext, Queue
 
 q = Queue(dsn={dsn!r})
 _RECORDS = {recdir!r}
@@ -101,6 +101,26 @@ async def gather(results, i):
     """A chord callback: receives the members' results."""
     _record(i)
     return len(results)
+
+
+def _step_value(i, k):
+    return [i, k]
+
+
+@q.task(name="bench.steps", queue={queue!r}, result_ttl={result_ttl})
+async def steps(i: int, n: int, ctx: JobContext) -> None:
+    """n checkpoints of a no-op function (benchmarks/steps.py), then the record."""
+    for k in range(n):
+        await ctx.step("step-%d" % k, _step_value, i, k)
+    _record(i)
+
+
+@q.task(name="bench.steps_sync", queue={queue!r}, result_ttl={result_ttl})
+def steps_sync(i: int, n: int, ctx: JobContext) -> None:
+    """steps, as a sync task (a worker thread, the sync task pool)."""
+    for k in range(n):
+        ctx.step("step-%d" % k, _step_value, i, k)
+    _record(i)
 '''
 
 
@@ -403,8 +423,12 @@ def bench_session(dsn: str, *, result_ttl: int = 86400, drop: bool = False) -> I
 
 def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
           timeout: float = 600.0, worker_args: Sequence[str] = (),
-          worker_dsn: str | None = None) -> dict[str, Any]:
+          worker_dsn: str | None = None, task: str = "noop",
+          extra_args: tuple[Any, ...] = ()) -> dict[str, Any]:
     """Enqueue ``jobs`` no-op jobs with one ``enqueue_many`` into idle workers; time the drain.
+
+    ``task`` names another task of the generated module, called with the job's index and
+    then ``extra_args`` (``task="steps", extra_args=(3,)`` for three checkpoints).
 
     The workers are started and registered first (their start-up is not timed). The drain
     is timed from the commit of the ``enqueue_many`` (the moment the jobs become visible)
@@ -416,13 +440,13 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
     reset_schema(bench.dsn)
     bench.clear_records()
     checkpoint(bench.dsn)
-    items = [(i,) for i in range(jobs)]
+    items = [(i, *extra_args) for i in range(jobs)]
     bench.module.q.workers()  # opens the enqueue pool outside the timing
     with Workers(bench, count=processes, concurrency=concurrency, extra=worker_args,
                  dsn=worker_dsn), \
             connect(bench.dsn) as conn:
         t0 = time.perf_counter()
-        bench.module.noop.enqueue_many(items)
+        getattr(bench.module, task).enqueue_many(items)
         t1 = time.perf_counter()
         complete = bench.wait_for(jobs, timeout)
         left = -1

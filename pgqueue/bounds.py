@@ -23,6 +23,7 @@ __all__ = [
     "MAX_QUEUE_NAME_LENGTH",
     "MAX_RESULT_TTL_SECONDS",
     "MAX_SCHEMA_NAME_LENGTH",
+    "MAX_STEP_NAME_LENGTH",
     "MAX_TASK_NAME_LENGTH",
     "check_delay",
     "check_run_at",
@@ -53,6 +54,9 @@ MAX_IDEMPOTENCY_KEY_BYTES: Final = 1024
 
 MAX_QUEUE_NAME_LENGTH: Final = 200
 MAX_TASK_NAME_LENGTH: Final = 255
+# ctx.step() names (job_steps.name, checked by job_steps_name_check): a label, not data;
+# a name built from data (an id per item) stays far below it.
+MAX_STEP_NAME_LENGTH: Final = 200
 
 
 def short_repr(value: object, limit: int = 60) -> str:

@@ -1,9 +1,14 @@
 """JobContext: what a running task may know and do about its own job.
 
 A task receives it by declaring a parameter annotated ``JobContext``. It offers the job
-snapshot, the attempt number, progress reporting, the cancellation flag, and
+snapshot, the attempt number, progress reporting, the cancellation flag,
 ``transaction()``: a database transaction that commits the task's writes *and* marks the
-job succeeded together, fenced so a worker that lost its lease commits nothing.
+job succeeded together, fenced so a worker that lost its lease commits nothing, and
+``step()``: a checkpoint whose result a later run of the job reuses (pgqueue/steps.py).
+
+Both have a sync and an async form, chosen the way the task is written: ``with`` /
+``async with ctx.transaction()``, and ``ctx.step(...)`` returning the value in a sync task
+but an awaitable in an async one (the worker tells the context which the task is).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import psycopg
 
 from pgqueue.errors import LeaseLost
 from pgqueue.serialization import dumps
+from pgqueue.steps import JobSteps
 
 if TYPE_CHECKING:
     from pgqueue.db.queries import Queries
@@ -45,6 +51,7 @@ class JobContext:
         report_progress: Callable[[str], None],
         connections: TransactionSource,
         lease_token: int | None = None,
+        asynchronous: bool = False,
     ) -> None:
         self.job = job
         self.attempt = job.attempts
@@ -66,6 +73,12 @@ class JobContext:
         # completed_in_transaction is set first. The heartbeat reads both.
         self.transaction_open = False
         self.completed_in_transaction = False
+        # The open ctx.transaction()'s connection: steps taken inside it are recorded in
+        # it (it holds the job's row lock, which any other connection would wait for).
+        self.transaction_connection: Any = None
+        # An async task (ctx.step returns an awaitable) or a sync one (it returns the value).
+        self.asynchronous = asynchronous
+        self._steps = JobSteps(self)
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job.id} task={self.job.task} attempt={self.attempt}>"
@@ -95,6 +108,22 @@ class JobContext:
         If this worker lost the job's lease, the block raises LeaseLost and nothing commits.
         """
         return JobTransaction(self)
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once per job and return its result (JSON round-tripped).
+
+        The result is stored under ``name`` (unique within the job, 1 to 200 printable
+        characters); when the job runs again (retried, rescued after a crash, revived from
+        dead_jobs), the stored result is returned and ``fn`` is not called. In a sync task
+        it returns the result; in an async task it returns an awaitable (``await
+        ctx.step(...)``), and ``fn`` may be sync or async. The name is checked at once: a
+        name used twice in one run of the job raises ValueError naming it. Recording is
+        fenced by the lease: a worker that lost the job raises LeaseLost.
+        """
+        self._steps.begin(name, fn)
+        if self.asynchronous:
+            return self._steps.run_async(name, fn, args, kwargs)
+        return self._steps.run(name, fn, args, kwargs)
 
     def _fence_params(self) -> dict[str, Any]:
         return {"id": self.job.id, "token": self.lease_token}
@@ -129,6 +158,7 @@ class JobTransaction:
             if row is None:
                 raise self._lost()
             self._ctx.transaction_open = True
+            self._ctx.transaction_connection = self._conn
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -150,6 +180,7 @@ class JobTransaction:
             if exc is None:
                 self._ctx.completed_in_transaction = True
         finally:
+            self._ctx.transaction_connection = None
             self._ctx.transaction_open = False
             self._pool_cm.__exit__(None, None, None)
 
@@ -167,6 +198,7 @@ class JobTransaction:
             if await cursor.fetchone() is None:
                 raise self._lost()
             self._ctx.transaction_open = True
+            self._ctx.transaction_connection = self._conn
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
@@ -188,5 +220,6 @@ class JobTransaction:
             if exc is None:
                 self._ctx.completed_in_transaction = True
         finally:
+            self._ctx.transaction_connection = None
             self._ctx.transaction_open = False
             await self._pool_cm.__aexit__(None, None, None)

@@ -115,8 +115,7 @@ def retry_dead_job(queries: Queries, job_id: int) -> Plan[Row]:
 
 
 def purge_dead(queries: Queries, *, older_than: float, queue: str | None) -> Plan[int]:
-    """Delete dead jobs that failed more than ``older_than`` seconds ago; return the count."""
-    count = yield Statement(
-        queries.purge_dead_jobs, {"older_than": older_than, "queue": queue}, fetch="rowcount"
-    )
-    return int(count)
+    """Delete dead jobs that failed more than ``older_than`` seconds ago, and their steps;
+    return the count of jobs."""
+    row = yield Statement(queries.purge_dead_jobs, {"older_than": older_than, "queue": queue})
+    return int(row["purged"])

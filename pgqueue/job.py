@@ -54,6 +54,9 @@ class Job:
     waits_for: int | None = None
     error: str | None = None
     failed_at: datetime | None = None
+    # Succeeded, but the return value is still to come (see queries._RESULT_PENDING):
+    # not a column, so not in to_dict().
+    result_pending: bool = field(default=False, repr=False, compare=False)
     _queue: Queue | None = field(default=None, repr=False, compare=False)
 
     @classmethod
@@ -68,7 +71,7 @@ class Job:
         """The job as JSON-friendly data: the table's columns plus ``status``."""
         data: dict[str, Any] = {}
         for f in fields(self):
-            if f.name.startswith("_"):
+            if f.name.startswith("_") or f.name == "result_pending":
                 continue
             value = getattr(self, f.name)
             data[f.name] = value.isoformat() if isinstance(value, datetime) else value
@@ -78,6 +81,12 @@ class Job:
     def finished(self) -> bool:
         """True once the job succeeded, was cancelled or died."""
         return self.status in FINISHED
+
+    @property
+    def _settled(self) -> bool:
+        """Finished, with its return value recorded: what wait() waits for. A job marked
+        succeeded by ``ctx.transaction()`` gets its value a moment after that commit."""
+        return self.finished and not self.result_pending
 
     def _owner(self) -> Queue:
         if self._queue is None:
@@ -120,7 +129,7 @@ class Job:
         delay = min(0.01, poll_interval)
         while True:
             self.refresh()
-            if self.finished:
+            if self._settled:
                 return self._outcome()
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.id} is still {self.status} after {timeout}s")
@@ -134,7 +143,7 @@ class Job:
         delay = min(0.01, poll_interval)
         while True:
             await self.refresh_async()
-            if self.finished:
+            if self._settled:
                 return self._outcome()
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.id} is still {self.status} after {timeout}s")

@@ -135,10 +135,11 @@ def list_jobs(
 
 
 def purge_queue(queries: Queries, queue: str) -> Plan[int]:
-    """Delete every job of ``queue`` except running ones, and its dead jobs; the count."""
-    live = yield Statement(queries.purge_queue_jobs, {"queue": queue}, fetch="rowcount")
-    dead = yield Statement(queries.purge_queue_dead_jobs, {"queue": queue}, fetch="rowcount")
-    return int(live) + int(dead)
+    """Delete every job of ``queue`` except running ones, and its dead jobs (with their
+    steps); the count of jobs."""
+    live = yield Statement(queries.purge_queue_jobs, {"queue": queue})
+    dead = yield Statement(queries.purge_queue_dead_jobs, {"queue": queue})
+    return int(live["purged"]) + int(dead["purged"])
 
 
 def cancel_job(queries: Queries, job_id: int) -> Plan[Row]:

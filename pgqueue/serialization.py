@@ -110,8 +110,9 @@ def loads(text: str | bytes | bytearray | memoryview) -> Any:
     return json.loads(text)
 
 
-def encode_result(value: Any) -> str | None:
-    """The JSON text stored in ``jobs.result``; ``None`` stays SQL NULL."""
+def encode_result(value: Any, source: str = "the task") -> str | None:
+    """The JSON text stored in ``jobs.result`` (or ``job_steps.result``); ``None`` stays
+    SQL NULL. ``source`` names what returned ``value`` in the error."""
     if value is None:
         return None
     try:
@@ -122,7 +123,7 @@ def encode_result(value: Any) -> str | None:
         return dumps(to_jsonable_python(value))
     except (PydanticSerializationError, TypeError, ValueError) as exc:
         raise TypeError(
-            f"the task returned {a_type(value)} that cannot be stored as JSON: {exc}"
+            f"{source} returned {a_type(value)} that cannot be stored as JSON: {exc}"
         ) from None
 
 

@@ -141,6 +141,12 @@ class DeclaredSchedule(NamedTuple):
     name: str
 
 
+class Pruned(NamedTuple):
+    """The one row of ``prune_finished_jobs``."""
+
+    pruned: int  # jobs deleted (their steps went with them)
+
+
 # -- Shared fragments ----------------------------------------------------------------------
 
 # Columns of a job row, in the order queries return them (the fields of pgqueue.job.Job).
@@ -182,9 +188,17 @@ _API_STATUS = """
          ELSE j.status END
 """
 
+# A succeeded job whose return value is still to come: ctx.transaction() committed its
+# success, and its worker writes the value a moment later (a worker that died in
+# between never does: 10 seconds after finished_at the value counts as lost and
+# Job.wait() stops waiting for it).
+_RESULT_PENDING = ("(j.status = 'succeeded' AND j.result IS NULL "
+                   "AND j.finished_at > now() - interval '10 seconds')")
+
 _LIVE_SELECT = (
     "SELECT " + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS + " AS api_status, "
-    "NULL::text AS error, NULL::timestamptz AS failed_at FROM {schema}.jobs j"
+    "NULL::text AS error, NULL::timestamptz AS failed_at, " + _RESULT_PENDING
+    + " AS result_pending FROM {schema}.jobs j"
 )
 _DEAD_SELECT = (
     "SELECT j.id, j.queue, j.task, j.args, j.kwargs, 'dead' AS status, j.priority, j.run_at, "
@@ -192,7 +206,8 @@ _DEAD_SELECT = (
     "j.worker_id, j.last_error, NULL::jsonb AS result, j.meta, j.timeout, j.result_ttl, "
     "false AS cancel_requested, j.created_at, j.started_at, j.finished_at, "
     "NULL::timestamptz AS expires_at, j.workflow_id, NULL::integer AS waits_for, "
-    "'dead' AS api_status, j.error, j.failed_at FROM {schema}.dead_jobs j"
+    "'dead' AS api_status, j.error, j.failed_at, false AS result_pending "
+    "FROM {schema}.dead_jobs j"
 )
 
 # A running job whose cancellation was requested ends cancelled even when its attempt
@@ -208,6 +223,18 @@ _RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run
 # (Unqualified columns: every place that uses it reads only the jobs table.)
 _LEASE_EXPIRED = ("format('lease expired: worker %%s stopped heartbeating during attempt %%s', "
                   "worker_id, attempts)")
+
+
+# Delete the steps (job_steps, revision 0009_job_steps) of the jobs in CTE ``jobs``
+# (a column ``id``), for a statement that deletes jobs for good. ``= ANY(ARRAY(...))``
+# probes job_steps_pkey once per job: a join could pick a scan of every step. There is
+# no foreign key to do this (see the revision), and a job that moves to dead_jobs or back
+# keeps its steps, so only the statements that end a job run it.
+def _delete_steps_of(jobs: str) -> str:
+    return f"""
+            DELETE FROM {{schema}}.job_steps
+             WHERE job_id = ANY(ARRAY(SELECT id FROM {jobs}))
+    """
 
 
 # Per queue, the counts of its jobs by API status and its oldest ready job's wait:
@@ -468,8 +495,9 @@ class Queries:
     # status. Kinds: succeeded, retry, snooze, release, cancelled, progress (meta only,
     # job keeps running), result (value of a job already marked succeeded by
     # ctx.transaction()), dead (moved to dead_jobs). Returns the rows it changed. A
-    # workflow step's None result is stored as JSON null: for a step, SQL NULL means "not
-    # recorded yet" (marked succeeded by ctx.transaction(); see 0007_workflows).
+    # None result is stored as JSON null, so that SQL NULL in a succeeded row means "not
+    # recorded yet": marked succeeded by ctx.transaction(), its value still to come (the
+    # workflow triggers of 0007_workflows and Job.wait() wait for it).
     complete_jobs = _Typed(RecordedOutcome, """
         WITH outcome AS (
             SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(kinds)s::text[],
@@ -486,10 +514,8 @@ class Queries:
                                 WHEN 'cancelled' THEN 'cancelled'
                                 WHEN 'progress' THEN 'running'
                                 ELSE 'queued' END END,
-                   result = CASE WHEN o.kind NOT IN ('succeeded', 'result') THEN j.result
-                                 WHEN j.workflow_id IS NOT NULL
-                                     THEN COALESCE(o.result, 'null'::jsonb)
-                                 ELSE o.result END,
+                   result = CASE WHEN o.kind IN ('succeeded', 'result')
+                                 THEN COALESCE(o.result, 'null'::jsonb) ELSE j.result END,
                    attempts = CASE WHEN o.kind IN ('snooze', 'release') THEN j.attempts - 1
                                    ELSE j.attempts END,
                    run_at = CASE WHEN o.kind IN ('retry', 'snooze')
@@ -567,6 +593,28 @@ class Queries:
                cancel_requested = false
          WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
         RETURNING id
+    """)
+    # -- ctx.step(): checkpointed steps (revision 0009_job_steps) -----------------------
+    # A job's stored steps, read once per execution, at its first ctx.step().
+    select_job_steps = _Plain("""
+        SELECT name, result FROM {schema}.job_steps WHERE job_id = %(id)s
+    """)
+    # Record a completed step, fenced like every write of a running job: only while the
+    # row is running under this claim's token, and FOR SHARE so that nobody (the rescuer,
+    # a claim: both take rows FOR UPDATE SKIP LOCKED) changes the token until the step has
+    # committed. No row back: the lease was lost. A step already stored under the name
+    # (recorded concurrently, which the fence leaves no way to, or by hand) wins: its
+    # result is the one returned, so every run sees one value per step.
+    record_job_step = _Plain("""
+        WITH held AS (
+            SELECT id FROM {schema}.jobs
+             WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+               FOR SHARE
+        )
+        INSERT INTO {schema}.job_steps AS s (job_id, name, result)
+        SELECT id, %(name)s, %(result)s::jsonb FROM held
+        ON CONFLICT (job_id, name) DO UPDATE SET result = s.result
+        RETURNING s.result
     """)
     # -- Heartbeat ---------------------------------------------------------------------
     # One statement: upsert this worker's row and extend the lease of every job it holds.
@@ -659,15 +707,21 @@ class Queries:
          WHERE lease_expires_at < now() - make_interval(secs => %(grace)s)
         RETURNING id
     """)
-    # Finished rows past their result_ttl; bounded so one run never holds locks for long.
-    prune_finished_jobs = _Plain("""
-        DELETE FROM {schema}.jobs AS j
-         WHERE j.id = ANY(ARRAY(
-            SELECT id FROM {schema}.jobs
-             WHERE expires_at IS NOT NULL AND expires_at < now()
-             ORDER BY expires_at
-             LIMIT %(limit)s
-             FOR UPDATE SKIP LOCKED))
+    # Finished rows past their result_ttl, and their steps; bounded so one run never
+    # holds locks for long.
+    prune_finished_jobs = _Typed(Pruned, """
+        WITH pruned AS (
+            DELETE FROM {schema}.jobs AS j
+             WHERE j.id = ANY(ARRAY(
+                SELECT id FROM {schema}.jobs
+                 WHERE expires_at IS NOT NULL AND expires_at < now()
+                 ORDER BY expires_at
+                 LIMIT %(limit)s
+                 FOR UPDATE SKIP LOCKED))
+            RETURNING j.id
+        ),
+        steps AS (""" + _delete_steps_of("pruned") + """)
+        SELECT count(*) AS pruned FROM pruned
     """)
     notify_ready = _Plain("SELECT pg_notify(%(channel)s, %(queues)s)")
     # -- Periodic jobs (revision 0008_schedules; pgqueue/schedules.py explains) ---------
@@ -1105,17 +1159,35 @@ class Queries:
           FROM {schema}.dead_jobs d
          WHERE d.workflow_id = ANY(%(workflow_ids)s::bigint[]) AND d.started_at IS NOT NULL
     """)
+    # Deleted for good, with their steps (a move to jobs keeps them: retry_dead_jobs).
     purge_dead_jobs = _Plain("""
-        DELETE FROM {schema}.dead_jobs
-         WHERE failed_at < now() - make_interval(secs => %(older_than)s)
-           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+        WITH purged AS (
+            DELETE FROM {schema}.dead_jobs
+             WHERE failed_at < now() - make_interval(secs => %(older_than)s)
+               AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+            RETURNING id
+        ),
+        steps AS (""" + _delete_steps_of("purged") + """)
+        SELECT count(*) AS purged FROM purged
     """)
 
-    # Queue.purge_queue: every job of a queue but the running ones (they finish first).
+    # Queue.purge_queue: every job of a queue but the running ones (they finish first),
+    # with their steps.
     purge_queue_jobs = _Plain("""
-        DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND status <> 'running'
+        WITH purged AS (
+            DELETE FROM {schema}.jobs WHERE queue = %(queue)s AND status <> 'running'
+            RETURNING id
+        ),
+        steps AS (""" + _delete_steps_of("purged") + """)
+        SELECT count(*) AS purged FROM purged
     """)
-    purge_queue_dead_jobs = _Plain("DELETE FROM {schema}.dead_jobs WHERE queue = %(queue)s")
+    purge_queue_dead_jobs = _Plain("""
+        WITH purged AS (
+            DELETE FROM {schema}.dead_jobs WHERE queue = %(queue)s RETURNING id
+        ),
+        steps AS (""" + _delete_steps_of("purged") + """)
+        SELECT count(*) AS purged FROM purged
+    """)
 
     def __init__(self, schema: str) -> None:
         self.schema = schema

@@ -50,6 +50,9 @@ _READ_WRITE: Final = ("SELECT", "INSERT", "UPDATE", "DELETE")
 # kind's map (tests/e2e/test_roles.py checks this against a migrated database): a
 # migration that adds a table must decide who may touch it.
 TABLE_PRIVILEGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
+    # job_steps (0009_job_steps): the worker records and reads a job's steps and deletes
+    # them with the job (pruner, dead purge, purge_queue); an enqueue-only role never
+    # touches them.
     # queues: claims read it; pgq queues pause|resume|set write it. An enqueue into a
     # bounded queue locks its row, but in the insert trigger, which runs as the owner
     # (SECURITY DEFINER), so the web role needs nothing on it.
@@ -61,17 +64,18 @@ TABLE_PRIVILEGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
     "worker": {
         "jobs": _READ_WRITE, "dead_jobs": _READ_WRITE, "workers": _READ_WRITE,
         "queues": ("SELECT", "INSERT", "UPDATE"), "schedules": _READ_WRITE,
-        "alembic_version": _READ, "workflows": _READ_WRITE, "workflow_edges": _READ_WRITE,
+        "job_steps": _READ_WRITE, "alembic_version": _READ, "workflows": _READ_WRITE,
+        "workflow_edges": _READ_WRITE,
     },
     "web": {
         "jobs": ("SELECT", "INSERT"), "dead_jobs": _READ, "workers": (), "queues": (),
-        "schedules": (), "alembic_version": _READ,
+        "schedules": (), "job_steps": (), "alembic_version": _READ,
         "workflows": ("SELECT", "INSERT"), "workflow_edges": ("SELECT", "INSERT"),
     },
     "monitor": {
         "jobs": _READ, "dead_jobs": _READ, "workers": _READ, "queues": _READ,
-        "schedules": _READ, "alembic_version": _READ, "workflows": _READ,
-        "workflow_edges": _READ,
+        "schedules": _READ, "job_steps": _READ, "alembic_version": _READ,
+        "workflows": _READ, "workflow_edges": _READ,
     },
 }
 

@@ -42,8 +42,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from pgqueue.settings import validate_schema_name
 
 __all__ = [
-    "build_metadata", "dead_jobs", "jobs", "metadata", "queues", "schedules", "workers",
-    "workflow_edges", "workflows",
+    "build_metadata", "dead_jobs", "job_steps", "jobs", "metadata", "queues", "schedules",
+    "workers", "workflow_edges", "workflows",
 ]
 
 _TIMESTAMPTZ = TIMESTAMP(timezone=True)
@@ -364,9 +364,31 @@ def _schedules(metadata: MetaData, schema: str) -> Table:
     )
 
 
+def _job_steps(metadata: MetaData, schema: str) -> Table:
+    # No foreign key to jobs (0009_job_steps): a job moves to dead_jobs and back, and
+    # keeps its steps through both moves.
+    return Table(
+        "job_steps",
+        metadata,
+        Column("job_id", BigInteger, nullable=False, autoincrement=False,
+               comment="The job (jobs.id or dead_jobs.id); no foreign key, the job moves "
+                       "between the two."),
+        Column("name", Text, nullable=False),
+        Column("result", JSONB,
+               comment="The step function's return value as JSON; NULL when it returned "
+                       "None."),
+        Column("created_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("job_id", "name", name="job_steps_pkey"),
+        CheckConstraint("length(name) BETWEEN 1 AND 200", name="job_steps_name_check"),
+        schema=schema,
+        comment="pgqueue checkpointed steps: the stored result of each completed ctx.step() "
+                "of a job, kept while the job is in jobs or dead_jobs.",
+    )
+
+
 def build_metadata(schema: str = "pgqueue") -> MetaData:
     """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers``, ``queues``,
-    ``workflows``, ``workflow_edges`` and ``schedules`` in ``schema``.
+    ``workflows``, ``workflow_edges``, ``schedules`` and ``job_steps`` in ``schema``.
 
     Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
     """
@@ -379,6 +401,7 @@ def build_metadata(schema: str = "pgqueue") -> MetaData:
     _workflows(metadata, schema)
     _workflow_edges(metadata, schema)
     _schedules(metadata, schema)
+    _job_steps(metadata, schema)
     return metadata
 
 
@@ -390,3 +413,4 @@ queues = metadata.tables["pgqueue.queues"]
 workflows = metadata.tables["pgqueue.workflows"]
 workflow_edges = metadata.tables["pgqueue.workflow_edges"]
 schedules = metadata.tables["pgqueue.schedules"]
+job_steps = metadata.tables["pgqueue.job_steps"]

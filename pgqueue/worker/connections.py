@@ -4,8 +4,8 @@ Each service of the worker has a connection of its own (a slow statement in one 
 queues behind another's), opened through a :class:`Link`: the service's way to the
 database, made by :meth:`WorkerConnections.link` for one :class:`Session` below. Nothing
 else in the worker sets a session parameter. Tasks get the only other connections, from
-:class:`TaskConnections` (for ``ctx.transaction()``), with PostgreSQL's defaults: a
-task's own statements run as the user expects, and commit synchronously.
+:class:`TaskConnections` (for ``ctx.transaction()`` and ``ctx.step()``), with PostgreSQL's
+defaults: a task's own statements run as the user expects, and commit synchronously.
 
 A :class:`Session` holds its settings as (name, value) pairs; how PostgreSQL gets them
 depends on what the DSN leads to. Directly, or through a pooler in session mode, they
@@ -234,13 +234,18 @@ async def answered(what: str) -> AsyncIterator[None]:
 
 
 class TaskConnections:
-    """Pools for ctx.transaction(), opened only if a task asks for one."""
+    """Pools for ctx.transaction() and ctx.step(), opened only if a task asks for one."""
 
     def __init__(self, dsn: str, size: int, *, pooled: bool = False) -> None:
         self._dsn = dsn
         self._size = size
-        # Behind a transaction pooler a task's connection must not prepare either.
-        self._kwargs: dict[str, Any] = {"prepare_threshold": None} if pooled else {}
+        # Autocommit: a step's one statement is one round trip, not three (BEGIN and
+        # COMMIT are separate ones otherwise; measured 0.38 -> 0.31 ms per insert with
+        # synchronous commit). ctx.transaction() opens its transaction explicitly
+        # (conn.transaction()), which behaves the same in either mode.
+        self._kwargs: dict[str, Any] = {"autocommit": True}
+        if pooled:  # behind a transaction pooler a task's connection must not prepare either
+            self._kwargs["prepare_threshold"] = None
         self._sync: Any = None
         self._async: Any = None
 

@@ -89,12 +89,13 @@ class Executor:
             max_attempts=job.max_attempts, worker_id=self.worker_id, meta=dict(job.meta),
             timeout=job.timeout, created_at=job.created_at,
         )
+        task = self.tasks.get(job.task)
         ctx = JobContext(
             snapshot, worker_id=self.worker_id, queries=self.queries,
             report_progress=lambda value: self.report_progress(job, value),
             connections=self.connections, lease_token=job.token,
+            asynchronous=task is not None and task.is_async,
         )
-        task = self.tasks.get(job.task)
         return Execution(job, ctx, is_sync=task is not None and not task.is_async)
 
     async def run(self, execution: Execution) -> Outcome | None:

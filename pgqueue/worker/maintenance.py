@@ -7,7 +7,8 @@ fighting over them.
 * Rescuer (every ``rescue_interval``): running jobs whose lease expired go back to
   ``queued`` at once — the attempt counts as failed — or to ``dead_jobs`` when their
   attempts are spent. With the default 1 s interval a lease is rescued within lease + ~1 s.
-* Pruner (every ``prune_interval``): succeeded and cancelled rows past ``result_ttl``.
+* Pruner (every ``prune_interval``): succeeded and cancelled rows past ``result_ttl``,
+  with their checkpointed steps (``job_steps``).
 * Stale workers: ``workers`` rows whose own lease ran out more than ``grace`` ago.
 * Priority aging (with the rescuer): queues with ``priority_aging`` whose step has
   passed get the priority of their waiting jobs raised (``queries.age_priorities``).
@@ -98,14 +99,14 @@ class Maintenance(Service):
         return aged.raised
 
     async def prune(self) -> int:
-        """Delete finished rows past their result_ttl, and stale worker rows."""
+        """Delete finished rows past their result_ttl (and their steps), and stale worker
+        rows."""
         conn = await self.connection()
         pruned = 0
         while True:
-            cursor = await conn.execute(self._queries.prune_finished_jobs,
-                                        {"limit": PRUNE_BATCH})
-            pruned += cursor.rowcount
-            if cursor.rowcount < PRUNE_BATCH:
+            batch = await self._queries.prune_finished_jobs.one(conn, {"limit": PRUNE_BATCH})
+            pruned += batch.pruned
+            if batch.pruned < PRUNE_BATCH:
                 break
         stale = await self._queries.delete_stale_workers.all(
             conn, {"grace": self.stale_worker_grace})

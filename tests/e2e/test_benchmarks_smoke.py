@@ -53,6 +53,11 @@ CASES = {
         {"empty_p50_ms", "large_p50_ms", "large_vs_empty_p50", "flat", "pinned_p50_ms",
          "released_p50_ms", "phases"},
     ),
+    "steps": (
+        ["--jobs", "50", "--steps", "2", "--reps", "1"],
+        {"ms_per_step_async", "ms_per_step_sync", "plain_per_s_async", "steps_per_s_async",
+         "plain_per_s_sync", "steps_per_s_sync", "complete", "runs", "machine"},
+    ),
     "soak": (
         ["--minutes", "0.2", "--rate", "200"],
         {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",

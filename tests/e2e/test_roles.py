@@ -150,6 +150,9 @@ def test_each_role_does_its_job_with_exactly_the_printed_grants(roles: RoleSetup
         "result"] == 42
     doomed = json_of("enqueue", "doomed", "--dsn", roles.dsn("web"))
     ok("worker", "-A", APP, "--dsn", roles.dsn("worker"), "--burst")
+    with psycopg.connect(roles.dsn("monitor"), autocommit=True) as conn:  # its ctx.step
+        assert conn.execute("SELECT job_id, name, result FROM pgqueue.job_steps").fetchall() \
+            == [(doomed["id"], "reason", "doomed on purpose")]
     ok("dead", "retry", str(doomed["id"]), "--dsn", roles.dsn("worker"))
     ok("jobs", "cancel", str(doomed["id"]), "--dsn", roles.dsn("worker"))
     ok("dead", "purge", "--older-than", "0s", "--dsn", roles.dsn("worker"))

@@ -256,7 +256,7 @@ def test_rescuer_finds_expired_leases_through_the_lease_index(big_queue: str) ->
 
 
 def test_pruner_finds_finished_rows_through_the_finished_index(big_queue: str) -> None:
-    plan = _explain(big_queue, QUERIES.prune_finished_jobs, {"limit": 100})
+    plan = _explain(big_queue, QUERIES.prune_finished_jobs.sql, {"limit": 100})
     _assert_uses_index(plan, "jobs_expires_idx")
 
 

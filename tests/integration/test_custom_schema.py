@@ -39,10 +39,11 @@ async def test_enqueue_run_and_read_jobs(aq: Queue, dsn: str) -> None:
     @aq.task(name="double")
     async def double(x: int, ctx: JobContext) -> int:
         ctx.set_progress("half-way")
-        return 2 * x
+        return int(await ctx.step("double", lambda: 2 * x))
 
     @aq.task(name="doomed")
-    def doomed() -> None:
+    def doomed(ctx: JobContext) -> None:
+        ctx.step("before", lambda: "kept")
         raise Discard("never works")
 
     job = await double.using(idempotency_key="k").enqueue_async(21)
@@ -65,6 +66,11 @@ async def test_enqueue_run_and_read_jobs(aq: Queue, dsn: str) -> None:
     stats = {entry.queue: entry for entry in await asyncio.to_thread(aq.stats)}
     assert (stats["default"].succeeded, stats["default"].dead) == (3, 1)
     assert (await asyncio.to_thread(aq.retry_dead_job, dead.id)).status == "queued"
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:  # ctx.step's table
+        cursor = await conn.execute(
+            f"SELECT job_id, name, result FROM {SCHEMA}.job_steps ORDER BY job_id".encode())
+        assert await cursor.fetchall() == [(job.id, "double", 42), (many[0].id, "double", 2),
+                                           (many[1].id, "double", 4), (dead.id, "before", "kept")]
 
 
 async def test_wake_ups_use_the_schema_channel(aq: Queue, dsn: str) -> None:

@@ -1,5 +1,6 @@
 """The SQL and Python examples of docs/quickstart.md, docs/reference/schema.md,
-docs/guides/queues.md, docs/guides/workflows.md and docs/guides/periodic.md run.
+docs/guides/queues.md, docs/guides/workflows.md, docs/guides/periodic.md and
+docs/guides/steps.md run.
 
 A reader copies them; they must work as printed. Every ```sql and ```python block is
 executed, in order, against a migrated database (the quickstart's DSN
@@ -48,7 +49,7 @@ def blocks(page: Path, *languages: str) -> list[str]:
 def test_every_skipped_block_says_why() -> None:
     for page in (DOCS / "quickstart.md", DOCS / "reference" / "schema.md",
                  DOCS / "guides" / "queues.md", DOCS / "guides" / "workflows.md",
-                 DOCS / "guides" / "periodic.md"):
+                 DOCS / "guides" / "periodic.md", DOCS / "guides" / "steps.md"):
         for marker in re.findall(r"<!-- not executed:([^>]*)-->", page.read_text()):
             assert len(marker.strip()) > 10, (page, marker)
 
@@ -246,6 +247,36 @@ def test_workflows_guide_examples_run(dsn: str) -> None:
         workflows = conn.execute("SELECT count(*) FROM pgqueue.workflows").fetchone()
     assert dead == (0,) and set(statuses) == {"succeeded"}, statuses
     assert workflows == (6,)  # chain, group, chord, nested chain, diamond, crawl
+
+
+def test_steps_guide_examples_run(dsn: str) -> None:
+    """docs/guides/steps.md: the checkout charges once over two attempts, the async task
+    imports, and the step inside ctx.transaction() is recorded with it."""
+    from pgqueue.worker import BackgroundWorker
+
+    page = DOCS / "guides" / "steps.md"
+    namespace: dict[str, Any] = {}
+    try:
+        for code in blocks(page, "python"):
+            namespace = _run_python_in(code, dsn, namespace)
+        assert namespace["charges"] == ["order 42: 1999"]
+        assert namespace["job"].attempts == 2
+        assert namespace["job"].result == "receipt for ch_42"
+        assert namespace["imported"] == 3
+        with BackgroundWorker(namespace["q"]):
+            reserved = namespace["reserve_stock"].enqueue(7).wait(timeout=30)
+        assert reserved == "r-7"
+        for code in blocks(page, "sql"):
+            _run_sql(code, dsn)
+        with psycopg.connect(dsn) as conn:
+            steps = conn.execute("SELECT name, result FROM pgqueue.job_steps ORDER BY job_id, "
+                                 "created_at, name").fetchall()
+    finally:
+        if "q" in namespace:
+            namespace["q"].close()
+    assert steps == [("charge-card", {"charge_id": "ch_42", "cents": 1999}),
+                     ("send-receipt", "receipt for ch_42"), ("download", [1, 2, 3]),
+                     ("store", 3), ("reserve", "r-7")]
 
 
 def _run_python_in(code: str, dsn: str, namespace: dict[str, Any]) -> dict[str, Any]:

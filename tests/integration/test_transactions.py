@@ -253,3 +253,28 @@ async def test_sync_and_async_connections_are_not_mixed_up(
         assert await asyncio.to_thread(count_jobs, dsn) == 0
     finally:
         await q.close_async()
+
+
+async def test_wait_returns_the_value_a_task_returns_after_its_transaction(
+    aq: Queue, dsn: str
+) -> None:
+    """ctx.transaction() commits the job's success before the task returns its value;
+    wait() must not return in between (it used to, with None)."""
+    gap = asyncio.Event()
+
+    @aq.task(name="late_value")
+    async def late_value(ctx: JobContext) -> dict[str, int]:
+        async with ctx.transaction() as conn:
+            await conn.execute("SELECT 1")
+        await gap.wait()  # succeeded in SQL, value not returned yet
+        return {"value": 7}
+
+    job = await late_value.enqueue_async()
+    async with background_worker(aq):
+        waiter = asyncio.create_task(job.wait_async(timeout=10))
+        await asyncio.sleep(0.3)  # the job is succeeded; the waiter must keep waiting
+        assert (row(dsn, job.id) or {})["status"] == "succeeded"
+        assert not waiter.done()
+        gap.set()
+        assert await waiter == {"value": 7}
+    assert (row(dsn, job.id) or {})["result"] == {"value": 7}

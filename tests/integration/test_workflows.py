@@ -158,7 +158,7 @@ async def test_steps_that_return_none_pass_none_on(q: Queue, dsn: str) -> None:
     await _drain(q)
     assert handle.wait(timeout=5) == [None, None]
     assert follow.wait(timeout=5) is None
-    # For a workflow step, SQL NULL would mean "not recorded yet": None is JSON null.
+    # SQL NULL in a succeeded row would mean "not recorded yet": None is JSON null.
     rows = await aexecute(dsn, "SELECT result IS NULL AS sql_null, result FROM pgqueue.jobs "
                                "WHERE id = %s", [handle.job_ids[0]])
     assert rows == [{"sql_null": False, "result": None}]

@@ -185,6 +185,30 @@ async def deaf_forever(ctx: JobContext) -> None:
             await asyncio.sleep(0.05)
 
 
+async def _step_run(ctx: JobContext, name: str) -> str:
+    """A step's function: commits a ``chaos_runs`` row named after the step (so the test
+    counts each step's executions), returns which process ran it."""
+    params = _params(ctx) | {"task": f"{ctx.job.task}:{name}"}
+    async with await psycopg.AsyncConnection.connect(
+        _record_dsn(), autocommit=True, connect_timeout=10
+    ) as conn:
+        await conn.execute(_RECORD, params)
+    return f"{name}@{os.getpid()}"
+
+
+@q.task(name="chaos.three_steps")
+async def three_steps(hold: float, ctx: JobContext) -> list[str]:
+    """Three ``ctx.step``s; on attempt 1 it waits ``hold`` seconds after the second (the
+    test kills the worker there), so a later attempt must run only the third."""
+    await record_run(ctx)
+    done = []
+    for name in ("first", "second", "third"):
+        done.append(await ctx.step(name, _step_run, ctx, name))
+        if name == "second" and ctx.attempt == 1:
+            await asyncio.sleep(hold)
+    return done
+
+
 # -- Workflow steps (tests/e2e/test_workflows_processes.py) --------------------------------
 
 

@@ -6,7 +6,7 @@ path a real deployment takes when ``PGQUEUE_DSN`` is not set.
 
 from __future__ import annotations
 
-from pgqueue import Discard, Queue
+from pgqueue import Discard, JobContext, Queue
 
 queue = Queue()
 
@@ -24,8 +24,10 @@ async def async_echo(value: object) -> object:
 
 
 @queue.task(name="doomed", max_attempts=1)
-def doomed(reason: str = "doomed on purpose") -> None:
-    """Always fails at once, to make dead jobs for ``pgq dead …``."""
+def doomed(ctx: JobContext, reason: str = "doomed on purpose") -> None:
+    """Always fails at once, to make dead jobs for ``pgq dead …``; records one step
+    first, so that its dead jobs have steps to keep and to purge."""
+    ctx.step("reason", str, reason)
     raise Discard(reason)
 
 
