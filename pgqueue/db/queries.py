@@ -190,10 +190,12 @@ _API_STATUS = """
 
 # A succeeded job whose return value is still to come: ctx.transaction() committed its
 # success, and its worker writes the value a moment later (a worker that died in
-# between never does: 10 seconds after finished_at the value counts as lost and
-# Job.wait() stops waiting for it).
+# between never does: RESULT_GRACE seconds after finished_at the value counts as lost,
+# Job.wait() stops waiting for it, and settle_lost_results gives a workflow step's
+# successors null instead).
+RESULT_GRACE: Final = 10
 _RESULT_PENDING = ("(j.status = 'succeeded' AND j.result IS NULL "
-                   "AND j.finished_at > now() - interval '10 seconds')")
+                   f"AND j.finished_at > now() - interval '{RESULT_GRACE} seconds')")
 
 _LIVE_SELECT = (
     "SELECT " + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS + " AS api_status, "
@@ -722,6 +724,23 @@ class Queries:
         ),
         steps AS (""" + _delete_steps_of("pruned") + """)
         SELECT count(*) AS pruned FROM pruned
+    """)
+    # Workflow steps whose value was lost (see _RESULT_PENDING): recorded as null, which
+    # fires the workflow trigger, so the steps after them run instead of waiting forever;
+    # last_error says what happened. Found through jobs_result_lost_idx (a handful of rows
+    # at most: those of ctx.transaction() steps between their commit and their value).
+    settle_lost_results = _Plain("""
+        UPDATE {schema}.jobs AS j
+           SET result = 'null'::jsonb,
+               last_error = 'the worker stopped after ctx.transaction() committed and before '
+                            || 'it recorded the return value: the steps after this one '
+                            || 'received null'
+         WHERE j.id = ANY(ARRAY(
+            SELECT id FROM {schema}.jobs
+             WHERE status = 'succeeded' AND result IS NULL AND workflow_id IS NOT NULL
+               AND finished_at < now() - make_interval(secs => %(grace)s)
+             LIMIT 100
+             FOR UPDATE SKIP LOCKED))
     """)
     notify_ready = _Plain("SELECT pg_notify(%(channel)s, %(queues)s)")
     # -- Periodic jobs (revision 0008_schedules; pgqueue/schedules.py explains) ---------

@@ -172,6 +172,9 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
     )
     Index("jobs_workflow_idx", table.c.workflow_id,
           postgresql_where=text("workflow_id IS NOT NULL"))
+    Index("jobs_result_lost_idx", table.c.finished_at,
+          postgresql_where=text("status = 'succeeded' AND result IS NULL "
+                                "AND workflow_id IS NOT NULL"))
     return table
 
 

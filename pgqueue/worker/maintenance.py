@@ -10,6 +10,9 @@ fighting over them.
 * Pruner (every ``prune_interval``): succeeded and cancelled rows past ``result_ttl``,
   with their checkpointed steps (``job_steps``).
 * Stale workers: ``workers`` rows whose own lease ran out more than ``grace`` ago.
+* Lost results (with the pruner): a workflow step marked succeeded by
+  ``ctx.transaction()`` whose worker died before recording its value gets null, so the
+  steps after it run (``queries.settle_lost_results``).
 * Priority aging (with the rescuer): queues with ``priority_aging`` whose step has
   passed get the priority of their waiting jobs raised (``queries.age_priorities``).
 
@@ -24,7 +27,7 @@ import random
 import time
 
 from pgqueue.db.names import notify_channel
-from pgqueue.db.queries import Queries
+from pgqueue.db.queries import RESULT_GRACE, Queries
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Connect
@@ -108,6 +111,12 @@ class Maintenance(Service):
             pruned += batch.pruned
             if batch.pruned < PRUNE_BATCH:
                 break
+        settled = await conn.execute(self._queries.settle_lost_results,
+                                     {"grace": RESULT_GRACE})
+        if settled.rowcount:
+            logger.warning("%d workflow step(s) lost their return value (their worker stopped "
+                           "just after ctx.transaction() committed): the steps after them "
+                           "receive null.", settled.rowcount)
         stale = await self._queries.delete_stale_workers.all(
             conn, {"grace": self.stale_worker_grace})
         for worker in stale:

@@ -23,6 +23,8 @@ from pgqueue import (
     chord,
     group,
 )
+from pgqueue.worker.connections import WorkerConnections
+from pgqueue.worker.maintenance import Maintenance
 from tests.integration._worker_helpers import aexecute, background_worker, run_burst
 
 
@@ -162,6 +164,35 @@ async def test_steps_that_return_none_pass_none_on(q: Queue, dsn: str) -> None:
     rows = await aexecute(dsn, "SELECT result IS NULL AS sql_null, result FROM pgqueue.jobs "
                                "WHERE id = %s", [handle.job_ids[0]])
     assert rows == [{"sql_null": False, "result": None}]
+
+
+async def test_a_step_whose_value_was_lost_still_lets_the_next_steps_run(
+    wq: Queue, dsn: str
+) -> None:
+    """ctx.transaction() commits a step's success; its worker records the value a moment
+    later. A worker killed in between never does: after RESULT_GRACE the maintenance
+    records null, so the next step runs (with None) instead of waiting forever."""
+    @wq.task(name="echo")
+    def echo(value: Any) -> Any:
+        return value
+
+    handle = chain(wq.get_task("add").s(1, 2), echo.s()).enqueue()
+    first = handle.job_ids[0]
+    # What the killed worker left: succeeded (committed by ctx.transaction()), no value.
+    await aexecute(dsn, "UPDATE pgqueue.jobs SET status = 'succeeded', started_at = now(), "
+                        "finished_at = now() - interval '1 minute' WHERE id = %s", [first])
+    assert [s["status"] for s in _steps(wq, handle.id).values()] == ["succeeded", "waiting"]
+    maintenance = Maintenance(connect=WorkerConnections(dsn, "settle").link(),
+                              queries=wq.queries)
+    try:
+        await maintenance.prune()
+    finally:
+        await maintenance.close()
+    steps = list(_steps(wq, handle.id).values())
+    assert steps[0]["last_error"].startswith("the worker stopped after ctx.transaction()")
+    assert (steps[1]["status"], steps[1]["args"]) == ("queued", [None])
+    await _drain(wq)
+    assert handle.wait(timeout=5) is None
 
 
 # -- transactions ----------------------------------------------------------------------------
