@@ -78,7 +78,8 @@ class JobContext:
         self.transaction_connection: Any = None
         # An async task (ctx.step returns an awaitable) or a sync one (it returns the value).
         self.asynchronous = asynchronous
-        self._steps = JobSteps(self)
+        # Made at the first ctx.step(): most jobs never take one.
+        self._job_steps: JobSteps | None = None
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job.id} task={self.job.task} attempt={self.attempt}>"
@@ -109,6 +110,13 @@ class JobContext:
         """
         return JobTransaction(self)
 
+    @property
+    def _steps(self) -> JobSteps:
+        """This execution's steps, made at the first ``step()``."""
+        if self._job_steps is None:
+            self._job_steps = JobSteps(self)
+        return self._job_steps
+
     def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(*args, **kwargs)`` once per job and return its result (JSON round-tripped).
 
@@ -120,10 +128,11 @@ class JobContext:
         name used twice in one run of the job raises ValueError naming it. Recording is
         fenced by the lease: a worker that lost the job raises LeaseLost.
         """
-        self._steps.begin(name, fn)
+        steps = self._steps
+        steps.begin(name, fn)
         if self.asynchronous:
-            return self._steps.run_async(name, fn, args, kwargs)
-        return self._steps.run(name, fn, args, kwargs)
+            return steps.run_async(name, fn, args, kwargs)
+        return steps.run(name, fn, args, kwargs)
 
     def _fence_params(self) -> dict[str, Any]:
         return {"id": self.job.id, "token": self.lease_token}
