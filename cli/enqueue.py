@@ -18,7 +18,7 @@ from pgqueue.options import JobOptions
 
 from .context import CliContext, connected
 from .errors import CommandError
-from .options import AppOption
+from .options import AppOption, ArgsOption, KwargsOption
 from .output import job_summary, output
 
 # The options of a job whose task sets none (a task's own defaults win over these).
@@ -52,12 +52,8 @@ def enqueue(
         typer.Argument(metavar="TASK",
                        help="Task name, as registered (name= or module.qualname)."),
     ],
-    args: Annotated[
-        str, typer.Option("--args", metavar="JSON", help="Positional arguments, a JSON array.")
-    ] = "[]",
-    kwargs: Annotated[
-        str, typer.Option("--kwargs", metavar="JSON", help="Keyword arguments, a JSON object.")
-    ] = "{}",
+    args: ArgsOption = "[]",
+    kwargs: KwargsOption = "{}",
     queue_name: Annotated[
         str | None,
         typer.Option("--queue", "-q", metavar="QUEUE",

@@ -58,3 +58,12 @@ QueueFilterOption = Annotated[
 LimitOption = Annotated[
     int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many rows.")
 ]
+
+# A job's arguments as JSON text (pgq enqueue, pgq periodic add); parsed by
+# enqueue.parse_json_option, whose errors name the option.
+ArgsOption = Annotated[
+    str, typer.Option("--args", metavar="JSON", help="Positional arguments, a JSON array.")
+]
+KwargsOption = Annotated[
+    str, typer.Option("--kwargs", metavar="JSON", help="Keyword arguments, a JSON object.")
+]

@@ -16,7 +16,7 @@ from pgqueue.schedules import ScheduleInfo
 
 from .context import CliContext, connected
 from .enqueue import parse_json_option, registered_name
-from .options import AppOption
+from .options import AppOption, ArgsOption, KwargsOption
 from .output import output, print_table, when
 
 app = typer.Typer(
@@ -73,12 +73,8 @@ def add(
     task: Annotated[str, typer.Argument(
         metavar="TASK", show_default=False,
         help="Task name, as registered (name= or module.qualname).")],
-    args: Annotated[
-        str, typer.Option("--args", metavar="JSON", help="Positional arguments, a JSON array.")
-    ] = "[]",
-    kwargs: Annotated[
-        str, typer.Option("--kwargs", metavar="JSON", help="Keyword arguments, a JSON object.")
-    ] = "{}",
+    args: ArgsOption = "[]",
+    kwargs: KwargsOption = "{}",
     tz: Annotated[
         str, typer.Option("--tz", metavar="TZ", help="IANA time zone of CRON.")
     ] = "UTC",

@@ -84,7 +84,11 @@ def retry_dead(
     retried = [row["id"] for row in rows if row["revived"]]
     steps = [row["id"] for row in rows if row["revived"] and row["workflow_id"] is not None]
     if steps:
-        yield Statement(queries.revive_workflow_steps, {"ids": steps})
+        stopped = yield Statement(queries.select_stopped_workflow_steps, {"ids": steps},
+                                  fetch="all")
+        if stopped:
+            yield Statement(queries.retry_dead_jobs,
+                            {"ids": [row["id"] for row in stopped], "queue": None}, fetch="all")
         workflows = sorted({row["workflow_id"] for row in rows if row["id"] in steps})
         yield Statement(queries.stop_dead_workflow_steps, {"workflow_ids": workflows})
     refused = {

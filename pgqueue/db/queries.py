@@ -1136,41 +1136,19 @@ class Queries:
          ORDER BY c.id
     """)
     # After retry_dead_jobs revived workflow steps (%(ids)s): the steps downstream of them
-    # that their death stopped (in dead_jobs, never started) come back waiting; then the
+    # that their death stopped (in dead_jobs, never started), which retry_dead_jobs then
+    # brings back too (waiting, as their predecessors have not succeeded); then the
     # steps of those workflows still dead stop their own downstream again
     # (stop_dead_workflow_steps), so a step with another dead predecessor goes back.
-    revive_workflow_steps = _Plain("""
+    select_stopped_workflow_steps = _Plain("""
         WITH RECURSIVE downstream(id) AS (
             SELECT child_id FROM {schema}.workflow_edges WHERE parent_id = ANY(%(ids)s::bigint[])
             UNION
             SELECT e.child_id FROM {schema}.workflow_edges e JOIN downstream d ON e.parent_id = d.id
-        ),
-        candidates AS (
-            SELECT d.* FROM {schema}.dead_jobs d JOIN downstream ON downstream.id = d.id
-             WHERE d.started_at IS NULL AND d.attempts = 0
-             FOR UPDATE OF d SKIP LOCKED
-        ),
-        revived AS (
-            INSERT INTO {schema}.jobs AS j
-                (id, queue, task, args, kwargs, status, priority, run_at, attempts,
-                 max_attempts, idempotency_key, meta, timeout, result_ttl, created_at,
-                 workflow_id, waits_for)
-            SELECT c.id, c.queue, c.task, c.args, c.kwargs, 'waiting', c.priority, c.run_at, 0,
-                   c.max_attempts, c.idempotency_key, c.meta, c.timeout, c.result_ttl,
-                   c.created_at, c.workflow_id,
-                   (SELECT count(*) FROM {schema}.workflow_edges e
-                     WHERE e.child_id = c.id AND NOT e.done)
-              FROM candidates c
-            ON CONFLICT (idempotency_key)
-               WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
-            DO NOTHING
-            RETURNING j.id
-        ),
-        removed AS (
-            DELETE FROM {schema}.dead_jobs AS d USING revived r WHERE d.id = r.id
-            RETURNING d.id
         )
-        SELECT count(*) AS revived FROM removed
+        SELECT d.id FROM {schema}.dead_jobs d JOIN downstream ON downstream.id = d.id
+         WHERE d.started_at IS NULL AND d.attempts = 0
+         ORDER BY d.id
     """)
     stop_dead_workflow_steps = _Plain("""
         SELECT coalesce(sum({schema}.workflow_stop_downstream(d.id, d.task, d.error)), 0)
