@@ -178,18 +178,33 @@ def _wait_until_nothing_is_ready(dsn: str) -> None:
     wait_until(drained, timeout=60, message="the worker to run every ready job")
 
 
-def test_queues_guide_examples_run(dsn: str) -> None:
-    page = DOCS / "guides" / "queues.md"
+@contextlib.contextmanager
+def guide(name: str, dsn: str, *, sql: bool = True) -> Iterator[dict[str, Any]]:
+    """Run the Python blocks of docs/guides/<name>.md in order, in one namespace (the
+    blocks build on each other), then its SQL blocks unless ``sql`` is False; yield the
+    namespace, and close the guide's Queue ``q`` at the end."""
+    page = DOCS / "guides" / f"{name}.md"
     namespace: dict[str, Any] = {}
     try:
         for code in blocks(page, "python"):
             namespace = _run_python_in(code, dsn, namespace)
-        for code in blocks(page, "sql"):
-            _run_sql(code, dsn)
-        queues = {info.name: info for info in namespace["q"].queues()}
+        if sql:
+            run_sql_blocks(name, dsn)
+        yield namespace
     finally:
         if "q" in namespace:
             namespace["q"].close()
+
+
+def run_sql_blocks(name: str, dsn: str) -> None:
+    """Run the SQL blocks of docs/guides/<name>.md in order."""
+    for code in blocks(DOCS / "guides" / f"{name}.md", "sql"):
+        _run_sql(code, dsn)
+
+
+def test_queues_guide_examples_run(dsn: str) -> None:
+    with guide("queues", dsn) as namespace:
+        queues = {info.name: info for info in namespace["q"].queues()}
     assert queues["email"].max_queued == 10_000 and not queues["email"].paused
     assert queues["email"].counts["queued"] == 4  # users 1, 3 and 4, and 5 from SQL
     assert queues["email"].counts["scheduled"] == 1  # 6, from SQL, due in 10 minutes
@@ -203,22 +218,13 @@ def test_periodic_guide_examples_run(dsn: str) -> None:
     from pgqueue.worker import BackgroundWorker, WorkerSettings
     from tests._polling import wait_until
 
-    page = DOCS / "guides" / "periodic.md"
-    namespace: dict[str, Any] = {}
-    try:
-        for code in blocks(page, "python"):
-            namespace = _run_python_in(code, dsn, namespace)
-        for code in blocks(page, "sql"):
-            _run_sql(code, dsn)
+    with guide("periodic", dsn) as namespace:
         q = namespace["q"]
         assert "resize" not in q.periodic_tasks  # refused at decoration
         with BackgroundWorker(q, WorkerSettings(concurrency=1)):
             wait_until(lambda: len(q.schedules()) == 3, timeout=15,
                        message="the worker to declare its code schedules")
         found = {info.name: info for info in q.schedules()}
-    finally:
-        if "q" in namespace:
-            namespace["q"].close()
     assert {name: (i.source, i.state) for name, i in found.items()} == {
         "morning_digest": ("code", "active"), "refresh_rates": ("code", "active"),
         "nightly-report": ("runtime", "active")}
@@ -230,16 +236,8 @@ def test_periodic_guide_examples_run(dsn: str) -> None:
 def test_workflows_guide_examples_run(dsn: str) -> None:
     """The guide's examples assert their own results (a burst worker runs them in
     between); afterwards every step of every workflow succeeded."""
-    page = DOCS / "guides" / "workflows.md"
-    namespace: dict[str, Any] = {}
-    try:
-        for code in blocks(page, "python"):
-            namespace = _run_python_in(code, dsn, namespace)
-        for code in blocks(page, "sql"):
-            _run_sql(code, dsn)
-    finally:
-        if "q" in namespace:
-            namespace["q"].close()
+    with guide("workflows", dsn):
+        pass
     with psycopg.connect(dsn, autocommit=True) as conn:
         statuses: dict[str, int] = dict(conn.execute(
             "SELECT status, count(*) FROM pgqueue.jobs GROUP BY status").fetchall())
@@ -254,11 +252,7 @@ def test_steps_guide_examples_run(dsn: str) -> None:
     imports, and the step inside ctx.transaction() is recorded with it."""
     from pgqueue.worker import BackgroundWorker
 
-    page = DOCS / "guides" / "steps.md"
-    namespace: dict[str, Any] = {}
-    try:
-        for code in blocks(page, "python"):
-            namespace = _run_python_in(code, dsn, namespace)
+    with guide("steps", dsn, sql=False) as namespace:
         assert namespace["charges"] == ["order 42: 1999"]
         assert namespace["job"].attempts == 2
         assert namespace["job"].result == "receipt for ch_42"
@@ -266,14 +260,10 @@ def test_steps_guide_examples_run(dsn: str) -> None:
         with BackgroundWorker(namespace["q"]):
             reserved = namespace["reserve_stock"].enqueue(7).wait(timeout=30)
         assert reserved == "r-7"
-        for code in blocks(page, "sql"):
-            _run_sql(code, dsn)
+        run_sql_blocks("steps", dsn)
         with psycopg.connect(dsn) as conn:
             steps = conn.execute("SELECT name, result FROM pgqueue.job_steps ORDER BY job_id, "
                                  "created_at, name").fetchall()
-    finally:
-        if "q" in namespace:
-            namespace["q"].close()
     assert steps == [("charge-card", {"charge_id": "ch_42", "cents": 1999}),
                      ("send-receipt", "receipt for ch_42"), ("download", [1, 2, 3]),
                      ("store", 3), ("reserve", "r-7")]
