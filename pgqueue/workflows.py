@@ -27,9 +27,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+import psycopg
+
 from pgqueue.db.plans import Plan, Row, Statement
 from pgqueue.db.queries import Queries
-from pgqueue.errors import ArgumentError, ConfigurationError, JobNotFound
+from pgqueue.errors import ArgumentError, ConfigurationError, DuplicateJob, JobNotFound
 from pgqueue.job import Job
 from pgqueue.options import ENQUEUE_OPTIONS, JobOptions
 from pgqueue.serialization import dumps, loads
@@ -223,17 +225,47 @@ class Workflow:
     def enqueue(self, *, conn: object | None = None) -> WorkflowHandle:
         """Insert every step in one statement (in ``conn``'s transaction when given)."""
         queue = self._queue()
-        row = queue.run_plan(insert_workflow(queue.queries, self._params(queue.queries)),
-                             conn=conn)
-        return WorkflowHandle.from_row(row, queue)
+        params = self._params(queue.queries)
+        for attempt in _KEY_RACE_TRIES:
+            try:
+                row = queue.run_plan(insert_workflow(queue.queries, params), conn=conn)
+                return WorkflowHandle.from_row(row, queue)
+            except psycopg.errors.UniqueViolation:
+                if not params["keys"]:
+                    raise
+                _lost_key_race(params, conn, attempt)
+        raise AssertionError("unreachable")  # _lost_key_race raised on the last attempt
 
     async def enqueue_async(self, *, conn: object | None = None) -> WorkflowHandle:
         """Async :meth:`enqueue`."""
         queue = self._queue()
-        row = await queue.run_plan_async(
-            insert_workflow(queue.queries, self._params(queue.queries)), conn=conn
-        )
-        return WorkflowHandle.from_row(row, queue)
+        params = self._params(queue.queries)
+        for attempt in _KEY_RACE_TRIES:
+            try:
+                row = await queue.run_plan_async(insert_workflow(queue.queries, params),
+                                                 conn=conn)
+                return WorkflowHandle.from_row(row, queue)
+            except psycopg.errors.UniqueViolation:
+                if not params["keys"]:
+                    raise
+                _lost_key_race(params, conn, attempt)
+        raise AssertionError("unreachable")
+
+
+# A concurrent transaction inserted a job with one of the workflow's idempotency keys
+# between our statement's check and its insert: on our own connection, the next try
+# sees that job and returns its workflow; in the caller's transaction (now aborted),
+# the caller must enqueue again.
+_KEY_RACE_TRIES = range(3)
+
+
+def _lost_key_race(params: dict[str, Any], conn: object | None, attempt: int) -> None:
+    if conn is not None or attempt == _KEY_RACE_TRIES[-1]:
+        raise DuplicateJob(
+            f"another transaction enqueued a job with one of this workflow's idempotency "
+            f"keys ({', '.join(map(repr, params['keys']))}) at the same moment; enqueue "
+            f"the workflow again (it then returns the workflow holding the key)"
+        ) from None
 
 
 # -- The canvas: chain, group, chord -----------------------------------------------------

@@ -6,6 +6,7 @@ SIGKILL mid-chord, are in ``tests/e2e/test_workflows_processes.py``.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Any
 
 import psycopg
@@ -25,6 +26,7 @@ from pgqueue import (
 )
 from pgqueue.worker.connections import WorkerConnections
 from pgqueue.worker.maintenance import Maintenance
+from tests._polling import wait_until
 from tests.integration._worker_helpers import aexecute, background_worker, run_burst
 
 
@@ -61,6 +63,12 @@ def wq(q: Queue) -> Queue:
         return x * 10
 
     return q
+
+
+def row_count(dsn: str, query: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = conn.execute(query).fetchone()
+    return int(found[0]) if found else 0
 
 
 def _steps(q: Queue, workflow_id: int) -> dict[int, dict[str, Any]]:
@@ -318,6 +326,25 @@ async def test_idempotency_keys_of_steps_dedupe_the_whole_workflow(wq: Queue) ->
     plain = add.using(idempotency_key="plain").enqueue(1, 1)
     with pytest.raises(ArgumentError, match=f"held by job {plain.id}"):
         chain(add.s(1, 2).using(idempotency_key="plain"), double.s()).enqueue()
+
+
+def test_two_transactions_enqueuing_one_keyed_workflow_make_one(wq: Queue, dsn: str) -> None:
+    """The second enqueue waits on the first's uncommitted key, loses the race when it
+    commits, and returns the first's workflow instead of an error."""
+    add, double = wq.get_task("add"), wq.get_task("double")
+
+    def build() -> chain:
+        return chain(add.s(1, 2).using(idempotency_key="race"), double.s())
+
+    with psycopg.connect(dsn) as first_conn:
+        first = build().enqueue(conn=first_conn)  # not committed yet
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            second = pool.submit(lambda: build().enqueue())
+            wait_until(lambda: bool(row_count(
+                dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")),
+                timeout=10, message="the second enqueue waiting for the first's key")
+            first_conn.commit()
+            assert second.result(timeout=10).id == first.id
 
 
 async def test_workflow_rows_go_with_their_last_step(wq: Queue, dsn: str) -> None:
