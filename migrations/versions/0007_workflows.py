@@ -323,6 +323,7 @@ DOWNGRADE = [
     "DROP INDEX IF EXISTS {schema}.dead_jobs_workflow_idx",
     "DROP INDEX IF EXISTS {schema}.jobs_workflow_idx",
     "ALTER TABLE {schema}.dead_jobs DROP COLUMN IF EXISTS workflow_id",
+    "ALTER TABLE {schema}.jobs DROP COLUMN IF EXISTS waits_for",
     "ALTER TABLE {schema}.jobs DROP COLUMN IF EXISTS workflow_id",
     "DROP TABLE IF EXISTS {schema}.workflow_edges",
     "DROP TABLE IF EXISTS {schema}.workflows",
