@@ -328,6 +328,29 @@ async def test_idempotency_keys_of_steps_dedupe_the_whole_workflow(wq: Queue) ->
         chain(add.s(1, 2).using(idempotency_key="plain"), double.s()).enqueue()
 
 
+async def test_job_options_work_on_steps(wq: Queue, dsn: str) -> None:
+    add, double = wq.get_task("add"), wq.get_task("double")
+    handle = chain(
+        add.s(1, 2).using(queue="fast", priority=7, meta={"source": "signup"},
+                          max_attempts=5, timeout=30),
+        double.s().using(queue="slow", run_in=3600, result_ttl=60),
+    ).enqueue()
+    first, second = handle.job_ids
+    rows = {r["id"]: r for r in await aexecute(
+        dsn, "SELECT id, queue, priority, meta, max_attempts, timeout, result_ttl, run_at, "
+             "created_at FROM pgqueue.jobs WHERE workflow_id = %s", [handle.id])}
+    assert (rows[first]["queue"], rows[first]["priority"], rows[first]["meta"],
+            rows[first]["max_attempts"], rows[first]["timeout"]) == (
+        "fast", 7, {"source": "signup"}, 5, 30.0)
+    assert (rows[second]["queue"], rows[second]["result_ttl"]) == ("slow", 60)
+    assert (rows[second]["run_at"] - rows[second]["created_at"]).total_seconds() == 3600
+    await _drain(wq)
+    # Released by its predecessor, the second step still waits for its own run_at.
+    steps = _steps(wq, handle.id)
+    assert (steps[first]["status"], steps[second]["status"]) == ("succeeded", "scheduled")
+    assert steps[second]["args"] == [3]
+
+
 def test_two_transactions_enqueuing_one_keyed_workflow_make_one(wq: Queue, dsn: str) -> None:
     """The second enqueue waits on the first's uncommitted key, loses the race when it
     commits, and returns the first's workflow instead of an error."""
