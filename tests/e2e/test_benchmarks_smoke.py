@@ -58,6 +58,12 @@ CASES = {
         {"ms_per_step_async", "ms_per_step_sync", "plain_per_s_async", "steps_per_s_async",
          "plain_per_s_sync", "steps_per_s_sync", "complete", "runs", "machine"},
     ),
+    "workflows": (
+        ["--members", "50", "--chain", "5", "--reps", "1"],
+        {"enqueue_ms", "drain_s", "drain_per_s", "group_vs_plain",
+         "chord_overhead_ms_per_member", "fan_in_ms", "chain_per_step_ms", "complete",
+         "machine"},
+    ),
     "soak": (
         ["--minutes", "0.2", "--rate", "200"],
         {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
