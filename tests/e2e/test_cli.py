@@ -523,12 +523,20 @@ def test_worker_json_logs_with_a_line_per_succeeded_job(dsn: str) -> None:
     assert f"Job {quiet['id']} " not in text, text  # succeeded lines are opt-in
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_the_demo_stops_the_worker_and_empties_its_queue(dsn: str) -> None:
     # Issue 18.11: Ctrl-C left the worker's row "alive" and thousands of demo jobs queued,
     # and every run added a queue to pgq stats.
+    # As from a terminal: SIGINT at its default disposition. A test run started in the
+    # background of a non-interactive shell (`bash .ci/run &`, nohup) inherits SIGINT
+    # ignored, and so would the demo, which would then never see the Ctrl-C.
     demo = subprocess.Popen(
         [pgq_executable(), "demo", "--jobs", "200000", "--dsn", dsn], cwd=REPO,
-        env=clean_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=clean_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint)
     try:
         def succeeded() -> int:
             with psycopg.connect(dsn) as conn:
