@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import psycopg
 
+from pgqueue.arguments import EncodedArguments
 from pgqueue.db.plans import Plan, Row, Statement
 from pgqueue.db.queries import Queries
 from pgqueue.errors import ArgumentError, ConfigurationError, DuplicateJob, JobNotFound
@@ -93,6 +94,7 @@ class _Node:
     signature: TaskSignature
     after: tuple[int, ...]
     inputs: Inputs
+    encoded: EncodedArguments  # checked and serialised once, by Workflow.add
 
 
 class Workflow:
@@ -164,11 +166,11 @@ class Workflow:
             )
         if len(self._nodes) >= MAX_STEPS:
             raise ConfigurationError(f"a workflow holds at most {MAX_STEPS} steps")
-        # Checked now, where the mistake is, not when the step runs.
-        signature.task.signature.encode(
+        # Checked now, where the mistake is, not when the step runs; kept for enqueue().
+        encoded = signature.task.signature.encode(
             signature.args, signature.kwargs, leading=0 if inputs == "none" else 1
         )
-        self._nodes.append(_Node(signature, tuple(parents), inputs))
+        self._nodes.append(_Node(signature, tuple(parents), inputs, encoded))
         return Step(self, len(self._nodes) - 1)
 
     # -- enqueueing ----------------------------------------------------------------------
@@ -182,10 +184,7 @@ class Workflow:
         steps: list[dict[str, Any]] = []
         keys: list[str] = []
         for node in self._nodes:
-            sig, options = node.signature, node.signature.options
-            encoded = sig.task.signature.encode(
-                sig.args, sig.kwargs, leading=0 if node.inputs == "none" else 1
-            )
+            sig, options, encoded = node.signature, node.signature.options, node.encoded
             if options.idempotency_key is not None:
                 if options.idempotency_key in keys:
                     raise ConfigurationError(
