@@ -133,6 +133,10 @@ def connected(*, json: bool) -> Callable[[Body], Body]:
 
     def decorate(body: Body) -> Body:
         own = list(inspect.signature(body, eval_str=True).parameters.values())[1:]
+        # A body that declares ``ctx`` receives the click context too (pgq worker
+        # --processes reads which options came from the command line).
+        wants_ctx = any(p.name == "ctx" for p in own)
+        own = [p for p in own if p.name != "ctx"]
         parameters = [
             _CTX, *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own), *shared
         ]
@@ -146,7 +150,7 @@ def connected(*, json: bool) -> Callable[[Body], Body]:
             # Where the commands of a group (the root's, given options before the
             # command) find it.
             ctx.obj = context
-            body(context, **given)
+            body(context, **given, **({"ctx": ctx} if wants_ctx else {}))
 
         command.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in parameters}

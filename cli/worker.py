@@ -9,12 +9,16 @@ Durations are passed through as text: the library's parser accepts ``30s``, ``15
 
 from __future__ import annotations
 
-from enum import StrEnum
+import sys
+from collections.abc import Callable
+from enum import Enum, StrEnum
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperOption
 
 from pgqueue.worker import WorkerSettings
+from pgqueue.worker.supervisor import default_processes, supervise
 
 from .context import CliContext, connected
 from .loading import load_queue
@@ -23,6 +27,7 @@ from .options import AppOption
 
 # The settings a worker runs with when an option is not given: the help texts quote them.
 _DEFAULTS = WorkerSettings()
+MAX_PROCESSES = 256
 
 
 def _duration(option: str, what: str) -> Any:
@@ -52,6 +57,7 @@ class LogFormat(StrEnum):
 @connected(json=False)
 def worker(
     context: CliContext,
+    ctx: typer.Context,
     app: AppOption = None,
     concurrency: Annotated[
         int | None,
@@ -66,6 +72,16 @@ def worker(
                           "jobs whose outcome is not yet committed; SQL never shows more "
                           "than concurrency + K running for this worker "
                           "(default: as many as --concurrency; 0 allowed)."),
+    ] = None,
+    processes: Annotated[
+        str | None,
+        typer.Option("--processes", "-P", metavar="N|auto", show_default=False,
+                     help="Run N worker processes under a supervisor, each with its own "
+                          "--concurrency slots, connections and workers row (auto: one per "
+                          "CPU): for CPU-bound tasks, which share one core in one process. "
+                          "A child that dies is restarted and its jobs go back to the "
+                          "queue at once; SIGTERM drains every child (default: one "
+                          "process, no supervisor)."),
     ] = None,
     queues: Annotated[
         str | None,
@@ -120,6 +136,11 @@ def worker(
         bool, typer.Option("--log-succeeded",
                            help="An INFO line per succeeded job (failures always get one).")
     ] = False,
+    id_suffix: Annotated[
+        str | None,
+        # Set by the supervisor of --processes for each child (WorkerSettings.id_suffix).
+        typer.Option("--id-suffix", hidden=True),
+    ] = None,
 ) -> None:
     """Run a worker: claim jobs from PostgreSQL and run them until stopped."""
     if not app:
@@ -139,14 +160,73 @@ def worker(
         "log_succeeded": log_succeeded or None,
         "listen_dsn": listen_dsn,
         "listen": False if no_listen else None,
+        "id_suffix": id_suffix,
     }
     settings = {name: value for name, value in given.items() if value is not None}
+    count = _process_count(processes)
     queue = load_queue(app)
     # Validate every option before touching the database (or starting an embedded one).
-    queue.worker_settings(**settings, burst=burst)
+    checked = queue.worker_settings(**settings, burst=burst)
     context.configure(queue)
-    status = queue.run_worker(**settings, burst=burst)
+    if count is None:
+        status = queue.run_worker(**settings, burst=burst)
+    else:
+        status = supervise(
+            queue, count, child_command(ctx, context), burst=burst,
+            connect_timeout=checked.connect_timeout,
+            shutdown_timeout=checked.shutdown_timeout,
+        )
     raise typer.Exit(status)
+
+
+def _process_count(value: str | None) -> int | None:
+    """``--processes``: a number from 1 to 256, or ``auto`` (one per CPU)."""
+    if value is None:
+        return None
+    if value.strip().lower() == "auto":
+        return default_processes()
+    if not value.strip().isdigit() or not 1 <= int(value) <= MAX_PROCESSES:
+        raise typer.BadParameter(
+            f"{value!r} is not a number of processes: give a whole number from 1 to "
+            f"{MAX_PROCESSES}, or auto (one per CPU)", param_hint="'--processes'")
+    return int(value)
+
+
+# Options a child gets from the supervisor itself rather than from its command line.
+_NOT_PASSED_ON = frozenset({"processes", "id_suffix", "dsn", "embedded", "schema"})
+
+
+def child_command(ctx: typer.Context, context: CliContext) -> Callable[[int, str], list[str]]:
+    """How the supervisor starts child ``slot``: ``python -m pgqueue.cli worker`` with
+    the options given on this command line (an option taken from the environment, such
+    as ``-A`` from ``PGQUEUE_APP``, reaches the child through its environment), minus
+    ``--processes``, and with the connection options the command line gave, before or
+    after ``worker``."""
+    options: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if not isinstance(param, TyperOption) or name is None or name in _NOT_PASSED_ON:
+            continue
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":
+            continue
+        value = ctx.params[name]
+        if param.is_flag:
+            if value:
+                options.append(param.opts[0])
+        else:
+            options += [param.opts[0], str(value.value if isinstance(value, Enum) else value)]
+    if context.dsn is not None:
+        options += ["--dsn", context.dsn]
+    if context.embedded:
+        options.append("--embedded")
+    if context.schema is not None:
+        options += ["--schema", context.schema]
+
+    def command(slot: int, suffix: str) -> list[str]:
+        return [sys.executable, "-m", "pgqueue.cli", "worker", *options, "--id-suffix", suffix]
+
+    return command
 
 
 def register(app: typer.Typer) -> None:

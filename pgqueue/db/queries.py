@@ -704,6 +704,14 @@ class Queries:
                (SELECT count(*) FROM cancelled) AS cancelled,
                (SELECT string_agg(DISTINCT queue, ',') FROM requeued) AS queues
     """)
+    # A worker process that is known to be gone (its supervisor saw it exit: pgq worker
+    # --processes) holds its jobs no longer: end their leases now, so that the rescue
+    # above takes them at once instead of after the lease. Fenced like every write of a
+    # running job: only rows still running under that worker change.
+    expire_worker_leases = _Plain("""
+        UPDATE {schema}.jobs SET lease_expires_at = now()
+         WHERE worker_id = %(worker_id)s AND status = 'running'
+    """)
     delete_stale_workers = _Typed(StaleWorker, """
         DELETE FROM {schema}.workers
          WHERE lease_expires_at < now() - make_interval(secs => %(grace)s)

@@ -61,6 +61,10 @@ class WorkerSettings(BaseModel):
     # Where the listener connects when the worker's DSN leads to a pooler in transaction
     # mode, which cannot deliver notifications: PostgreSQL itself, or a session pooler.
     listen_dsn: str | None = None
+    # The last part of the worker's id (``hostname:pid:suffix``); random unless given.
+    # ``pgq worker --processes`` gives each child process its own, so the supervisor
+    # knows the child's id (and can release its jobs the moment it dies) without asking.
+    id_suffix: str | None = Field(default=None, pattern=r"^[0-9a-z]{1,32}$")
 
     @property
     def allowance(self) -> int:

@@ -64,7 +64,8 @@ class Worker:
         self.queue = queue
         self.settings = settings
         self.dsn = queue.dsn
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        suffix = settings.id_suffix or secrets.token_hex(3)
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         # Every job this worker holds under its lease, started or not (heartbeats renew
         # them all); the prefetched ones also wait in _waiting, in claim order.
         self.executions: dict[int, Execution] = {}
