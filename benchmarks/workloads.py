@@ -5,7 +5,8 @@ commit of the enqueue until every job started and no row is queued or running, t
 completer's writes included), with the workers registered before the enqueue:
 
 * ``cpu``: ``--cpu-jobs`` sync tasks of about ``--cpu-ms`` of pure-Python arithmetic
-  each (``spin(n)``, n calibrated in this process before each repetition), one
+  each (``spin(n)``, n calibrated once in this process; its cost on a free core, the
+  fastest of 15 runs, measured again in each repetition and used for the ideal), one
   ``pgq worker --concurrency C`` against ``pgq worker --processes 2 --concurrency C``.
   Sync tasks run in threads that share one GIL: one process uses one core however many
   slots it has. Ideal: jobs x work / processes.
@@ -32,15 +33,19 @@ from typing import Any
 import _common as c
 
 
-def calibrate(bench: c.Bench, ms: float) -> tuple[int, float]:
-    """Rounds of ``spin`` that take ``ms`` here, and what they measured (median of 15)."""
+def calibrate(bench: c.Bench, ms: float) -> int:
+    """Rounds of ``spin`` that take ``ms`` on a free core here (the fastest of a few
+    probes: on a busy machine the median measures the other processes too)."""
     assert bench.module is not None
-    spin = bench.module.spin
     probe = 20_000
-    fastest = min(_timed(spin, probe) for _ in range(5))
-    rounds = max(1, round(probe * ms / 1000 / fastest))
-    times = sorted(_timed(spin, rounds) for _ in range(15))
-    return rounds, times[len(times) // 2] * 1000
+    fastest = min(_timed(bench.module.spin, probe) for _ in range(7))
+    return max(1, round(probe * ms / 1000 / fastest))
+
+
+def work_ms(bench: c.Bench, rounds: int) -> float:
+    """What ``spin(rounds)`` costs on a free core: the fastest of 15 runs, in ms."""
+    assert bench.module is not None
+    return min(_timed(bench.module.spin, rounds) for _ in range(15)) * 1000
 
 
 def _timed(function: Any, n: int) -> float:
@@ -130,14 +135,16 @@ def main() -> None:
     cpu_runs: dict[int, list[dict[str, Any]]] = {k: [] for k in args.cpu_processes}
     io_runs: dict[int, list[dict[str, Any]]] = {k: [] for k in args.io_concurrency}
     mixed_runs: list[dict[str, Any]] = []
-    work_ms: list[float] = []
+    costs: list[float] = []
     io_slots = 64
     with c.bench_session(args.dsn, drop=args.drop) as bench:
         info = c.machine(args.dsn)
+        # The same jobs in every repetition; their cost measured again in each.
+        rounds = calibrate(bench, args.cpu_ms)
         for rep in range(1, args.reps + 1):
-            rounds, measured = calibrate(bench, args.cpu_ms)
-            work_ms.append(measured)
-            c.log(f"rep {rep}: spin({rounds}) takes {measured:.2f} ms here")
+            measured = work_ms(bench, rounds)
+            costs.append(measured)
+            c.log(f"rep {rep}: spin({rounds}) takes {measured:.2f} ms on a free core")
             order = args.cpu_processes if rep % 2 else list(reversed(args.cpu_processes))
             for k in order:
                 run = drain(bench, [("cpu", None, [(i, rounds) for i in range(args.cpu_jobs)])],
@@ -161,7 +168,7 @@ def main() -> None:
             mixed_runs.append(run)
             c.log(f"rep {rep}: mixed: {run['drain_s']} s")
 
-    work = c.median(work_ms) or args.cpu_ms
+    work = c.median(costs) or args.cpu_ms
     cpu = {k: summary(runs, args.cpu_jobs * work / 1000 / k) for k, runs in cpu_runs.items()}
     io = {slots: summary(runs, slots * args.io_jobs_per_slot * args.io_ms / 1000 / slots)
           for slots, runs in io_runs.items()}
