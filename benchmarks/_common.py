@@ -236,6 +236,25 @@ def unfinished(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
+def server_cpu_seconds(conn: psycopg.Connection[Any]) -> float | None:
+    """CPU time (user + system) used so far by this database's server processes and the
+    server's background processes (WAL writer, checkpointer...), from ``/proc``; None
+    when the server is not on this machine. Backends of other databases are left out,
+    so other work on a shared server does not count (its share of WAL writing does)."""
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "OR datname IS NULL").fetchall()
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for (pid,) in rows:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks if total else None
+
+
 def machine(dsn: str) -> dict[str, Any]:
     """What the numbers were measured on (goes into every JSON line)."""
     info: dict[str, Any] = {
@@ -468,6 +487,7 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
     with Workers(bench, count=processes, concurrency=concurrency, extra=worker_args,
                  dsn=worker_dsn), \
             connect(bench.dsn) as conn:
+        cpu_before = server_cpu_seconds(conn)
         t0 = time.perf_counter()
         getattr(bench.module, task).enqueue_many(items)
         t1 = time.perf_counter()
@@ -479,7 +499,10 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
                 break
             time.sleep(0.005)
         t_done = time.perf_counter()
+        cpu_after = server_cpu_seconds(conn)
     duplicates, missing = check_once(bench.read(), jobs)
+    # PostgreSQL's CPU for the enqueue, the claims and the completions, per job.
+    pg_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after else None
     drain_s = t_done - t1
     return {
         "jobs": jobs,
@@ -492,6 +515,7 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
         "duplicates": duplicates,
         "missing": missing,
         "complete": complete and left == 0,
+        "pg_cpu_us_per_job": round(pg_cpu / jobs * 1e6, 1) if pg_cpu else None,
     }
 
 

@@ -46,6 +46,10 @@ def main() -> None:
             "runs": [r["drain_per_s"] for r in runs[k]],
             "duplicates": sum(int(r["duplicates"]) for r in runs[k]),  # type: ignore[call-overload]
             "missing": sum(int(r["missing"]) for r in runs[k]),  # type: ignore[call-overload]
+            # PostgreSQL CPU per job (enqueue + claim + completion), this database's
+            # backends and the server's background processes: 1e6 / it is how many
+            # jobs/s one core of the server sustains.
+            "pg_cpu_us_per_job": c.median([r["pg_cpu_us_per_job"] for r in runs[k]]),  # type: ignore[misc]
         })
     rates = [entry["drain_per_s"] for entry in per_count]
     result = {
@@ -62,9 +66,10 @@ def main() -> None:
         c.table(
             f"scaling: {args.jobs:,} no-op jobs, k x pgq worker --concurrency {args.concurrency}",
             ["processes", "drain jobs/s (median)", f"÷ {args.processes[0]} process(es)",
-             "runs", "dup", "missing"],
+             "runs", "PG CPU µs/job", "dup", "missing"],
             [[e["processes"], e["drain_per_s"], e["ratio_to_first"],
-              " / ".join(c.fmt(r) for r in e["runs"]), e["duplicates"], e["missing"]]
+              " / ".join(c.fmt(r) for r in e["runs"]), e["pg_cpu_us_per_job"],
+              e["duplicates"], e["missing"]]
              for e in per_count],
         )
     c.emit(result)
