@@ -86,7 +86,11 @@ def drain(bench: c.Bench, batches: Sequence[tuple[str, str | None, list[tuple[An
             time.sleep(0.005)
         t_done = time.perf_counter()
     duplicates, missing = c.check_once(bench.read(), total)
+    # Jobs started per worker process (one record file each): with --processes, every
+    # child must have taken its share.
+    shares = sorted(path.stat().st_size // c.RECORD_LEN for path in bench.records.glob("rec-*.dat"))
     return {
+        "jobs_per_process": shares,
         "jobs": total,
         "drain_s": round(t_done - t1, 4) if complete else None,
         "duplicates": duplicates,
@@ -107,6 +111,7 @@ def summary(runs: list[dict[str, Any]], ideal_s: float) -> dict[str, Any]:
         "efficiency": round(ideal_s / drain_s, 3) if drain_s else None,
         "overhead_ms_per_job": round((drain_s - ideal_s) / jobs * 1000, 4) if drain_s else None,
         "runs_s": [r["drain_s"] for r in runs],
+        "jobs_per_process": [r["jobs_per_process"] for r in runs],
         "duplicates": sum(r["duplicates"] for r in runs),
         "missing": sum(r["missing"] for r in runs),
         "complete": all(r["complete"] for r in runs),
