@@ -211,11 +211,12 @@ def child_command(ctx: typer.Context, context: CliContext) -> Callable[[int, str
         if source is None or source.name != "COMMANDLINE":
             continue
         value = ctx.params[name]
+        flag = max(param.opts, key=len)  # --app rather than -A: readable in ps
         if param.is_flag:
             if value:
-                options.append(param.opts[0])
+                options.append(flag)
         else:
-            options += [param.opts[0], str(value.value if isinstance(value, Enum) else value)]
+            options += [flag, str(value.value if isinstance(value, Enum) else value)]
     if context.dsn is not None:
         options += ["--dsn", context.dsn]
     if context.embedded:
