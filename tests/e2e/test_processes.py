@@ -16,7 +16,6 @@ import time
 
 from tests._polling import wait_until
 from tests.e2e._chaos import Processes, WorkerProcess, chaos_app, query, scalar
-from tests.e2e._pgq import pgq
 
 PROCESSES = ["--processes", "2"]
 # Long enough that a job back in the queue within a few seconds of its worker's death
@@ -191,12 +190,4 @@ def test_burst_with_two_processes_drains_and_exits_0(
     assert supervisor.log().count("Worker process") == 0, supervisor.log()
     started = re.findall(r"Worker (\S+) started: concurrency 4", supervisor.log())
     assert len(set(started)) == 2, supervisor.log()
-
-
-def test_processes_must_be_a_count_or_auto(chaos_dsn: str) -> None:
-    result = pgq("worker", "-A", "tests.e2e.apps.cli_tasks:queue", "--dsn", chaos_dsn,
-                 "--processes", "zero")
-    assert result.returncode == 2, result.stderr
-    assert "'zero' is not a number of processes: give a whole number from 1 to 256, or " \
-           "auto (one per CPU)" in result.stderr
 
