@@ -64,17 +64,17 @@ CASES = {
          "chord_overhead_ms_per_member", "fan_in_ms", "chain_per_step_ms", "complete",
          "machine"},
     ),
+    "soak": (
+        ["--minutes", "0.2", "--rate", "200"],
+        {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
+         "jobs_mb_max", "drained"},
+    ),
     "workloads": (
         ["--cpu-jobs", "20", "--cpu-ms", "1", "--cpu-processes", "1", "--io-concurrency", "8",
          "--io-jobs-per-slot",
          "2", "--mixed-cpu-jobs", "10", "--mixed-io-jobs", "40", "--reps", "1"],
         {"cpu", "cpu_speedup", "io", "mixed", "cpu_work_ms", "duplicates", "missing",
          "machine"},
-    ),
-    "soak": (
-        ["--minutes", "0.2", "--rate", "200"],
-        {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
-         "jobs_mb_max", "drained"},
     ),
 }
 
