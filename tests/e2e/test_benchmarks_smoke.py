@@ -71,8 +71,8 @@ CASES = {
     ),
     "workloads": (
         ["--cpu-jobs", "20", "--cpu-ms", "1", "--cpu-processes", "1", "--io-concurrency", "8",
-         "--io-jobs-per-slot",
-         "2", "--mixed-cpu-jobs", "10", "--mixed-io-jobs", "40", "--reps", "1"],
+         "--io-jobs-per-slot", "2", "--mixed-cpu-jobs", "10", "--mixed-io-jobs", "40",
+         "--reps", "1"],
         {"cpu", "cpu_speedup", "io", "mixed", "cpu_work_ms", "duplicates", "missing",
          "machine"},
     ),
