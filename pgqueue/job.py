@@ -52,6 +52,9 @@ class Job:
     expires_at: datetime | None = None
     workflow_id: int | None = None
     waits_for: int | None = None
+    concurrency_key: str | None = None
+    rate_limit_key: str | None = None
+    cost: float | None = None
     error: str | None = None
     failed_at: datetime | None = None
     # Succeeded, but the return value is still to come (see queries._RESULT_PENDING):

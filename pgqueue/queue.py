@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import dead_jobs, queues, schedules, workflows
+from pgqueue import dead_jobs, limits, queues, schedules, workflows
 from pgqueue.cron import parse_cron
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
@@ -31,6 +31,7 @@ from pgqueue.errors import (
     TaskNotFound,
 )
 from pgqueue.job import API_STATUSES, Job
+from pgqueue.limits import TaskLimits
 from pgqueue.operations import cancel_job, get_job, list_jobs, purge_queue
 from pgqueue.options import TASK_OPTIONS, JobOptions, queue_name, retry_intervals, task_name
 from pgqueue.queues import QUEUE_FULL, QueueInfo
@@ -145,8 +146,17 @@ class Queue:
     ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
         """Register a function as a task; bare ``@q.task`` or ``@q.task(queue=..., ...)``.
 
-        Options: queue, priority, max_attempts, timeout, retry_intervals, result_ttl.
+        Options: queue, priority, max_attempts, timeout, retry_intervals, result_ttl; and
+        limits across every worker (docs/guides/limits.md): ``global_concurrency`` (running
+        jobs of the task), ``key_concurrency`` (running jobs per ``concurrency_key``),
+        ``rate_limit`` (``"10/s"``, ``"90000 tokens/m"``).
         """
+        task_limits = TaskLimits(
+            limits.concurrency(options.pop("global_concurrency", None),
+                               what="global_concurrency"),
+            limits.concurrency(options.pop("key_concurrency", None), what="key_concurrency"),
+            limits.rate_limit(options.pop("rate_limit", None)),
+        )
         defaults = JobOptions().with_options(options, TASK_OPTIONS)
         intervals = retry_intervals(options.get("retry_intervals"))
 
@@ -158,7 +168,8 @@ class Queue:
                     "them apart"
                 )
             task: Task[Any, Any] = Task(
-                self, target, name=registered, options=defaults, retry_intervals=intervals
+                self, target, name=registered, options=defaults, retry_intervals=intervals,
+                limits=task_limits,
             )
             self.tasks[registered] = task
             return task
@@ -472,6 +483,10 @@ class Queue:
         *,
         max_queued: int | queues.Unset | None = queues.UNSET,
         priority_aging: float | str | timedelta | queues.Unset | None = queues.UNSET,
+        concurrency: int | queues.Unset | None = queues.UNSET,
+        key_concurrency: int | queues.Unset | None = queues.UNSET,
+        rate_limit: str | queues.Unset | None = queues.UNSET,
+        fair: bool | queues.Unset = queues.UNSET,
     ) -> QueueInfo:
         """Change ``queue``'s settings and return its state; a setting not given keeps its
         value, None clears it.
@@ -480,6 +495,11 @@ class Queue:
         enqueue beyond it raises :class:`QueueFull`. ``priority_aging``: seconds (or
         ``"5m"``) per priority step; a ready job gains one priority for each step it has
         waited, so low priorities cannot starve.
+
+        Limits across every worker (docs/guides/limits.md), from each worker's next claim:
+        ``concurrency`` (running jobs of the queue), ``key_concurrency`` (running jobs per
+        ``concurrency_key``), ``rate_limit`` (``"100/m"``, ``"90000 tokens/m"``: starts,
+        or units of ``cost``, spread evenly), ``fair`` (claims take keys in turn).
         """
         name = queue_name(queue)
         # Checked before anything is written: one bad setting changes nothing.
@@ -488,6 +508,19 @@ class Queue:
             changes["max_queued"] = queues.max_queued(max_queued)
         if priority_aging is not queues.UNSET:
             changes["priority_aging"] = queues.priority_aging(priority_aging)
+        if concurrency is not queues.UNSET:
+            changes["concurrency"] = limits.concurrency(concurrency, what="concurrency")
+        if key_concurrency is not queues.UNSET:
+            changes["key_concurrency"] = limits.concurrency(key_concurrency,
+                                                            what="key_concurrency")
+        if rate_limit is not queues.UNSET:
+            rate = limits.rate_limit(rate_limit)
+            changes.update(rate.as_params() if rate else dict.fromkeys(
+                ("rate_limit", "rate_amount", "rate_window", "rate_unit")))
+        if fair is not queues.UNSET:
+            if not isinstance(fair, bool):
+                raise ConfigurationError(f"invalid fair {fair!r}: True or False")
+            changes["fair"] = fair
         if not changes:
             return self.run_plan(queues.queue_info(self.queries, name))
         return self.run_plan(queues.set_settings(self.queries, name, changes))

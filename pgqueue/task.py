@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overlo
 from pgqueue.arguments import EncodedBatch, Signature
 from pgqueue.errors import ConfigurationError, a_type
 from pgqueue.job import Job
+from pgqueue.limits import TaskLimits
 from pgqueue.operations import insert_job, insert_jobs
 from pgqueue.options import ENQUEUE_OPTIONS, JobOptions
 
@@ -37,8 +38,11 @@ class Task(Generic[P, R]):
         name: str,
         options: JobOptions,
         retry_intervals: tuple[float, ...] | None,
+        limits: TaskLimits | None = None,
     ) -> None:
         self.queue = queue
+        # Cluster-wide limits (pgqueue/limits.py): declared by workers in task_limits.
+        self.limits = limits or TaskLimits()
         self.func = func
         self.name = name
         self.options = options

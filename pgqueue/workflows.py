@@ -200,6 +200,8 @@ class Workflow:
                 "run_in": options.run_in, "max_attempts": options.max_attempts,
                 "idempotency_key": options.idempotency_key, "meta": loads(options.meta),
                 "timeout": options.timeout, "result_ttl": options.result_ttl,
+                "concurrency_key": options.concurrency_key,
+                "rate_limit_key": options.rate_limit_key, "cost": options.cost,
                 "waits_for": len(node.after),
             })
         edges = [
