@@ -525,6 +525,12 @@ class Queue:
             return self.run_plan(queues.queue_info(self.queries, name))
         return self.run_plan(queues.set_settings(self.queries, name, changes))
 
+    def limits(self) -> tuple[dict[str, TaskLimits], list[limits.Pause]]:
+        """Every task's limits (as the workers declared them) and the scopes paused now
+        by ``RateLimited`` (``task:T``, ``queue:Q``, ``key:K``); queue limits are in
+        :meth:`queues`."""
+        return self.run_plan(limits.list_task_limits(self.queries))
+
     def queues(self) -> list[QueueInfo]:
         """Every queue that has jobs or settings, by name: state, settings, counts."""
         return self.run_plan(queues.list_queues(self.queries))
