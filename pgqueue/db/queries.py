@@ -344,16 +344,21 @@ def _claim_limited(*, in_queues: bool) -> str:
               FROM keys WHERE keys.key IS NOT NULL AND keys.n < %(max_keys)s
         ),
         candidate AS (
-            (SELECT {columns} FROM {{schema}}.jobs
-              WHERE status = 'queued' AND run_at <= now() AND concurrency_key IS NULL
-                    {limited}
-              ORDER BY {order} LIMIT %(scan)s)
+            (SELECT {columns} FROM (
+                 SELECT {columns} FROM {{schema}}.jobs
+                  WHERE status = 'queued' AND run_at <= now(){scope}
+                  ORDER BY {order} LIMIT %(scan)s) AS head
+              WHERE concurrency_key IS NULL {limited})
             UNION ALL
             SELECT head.* FROM keys CROSS JOIN LATERAL (
                 SELECT {columns} FROM {{schema}}.jobs
                  WHERE status = 'queued' AND concurrency_key = keys.key AND run_at <= now()
                        {limited}
-                 ORDER BY {order} LIMIT %(limit)s) AS head
+                 ORDER BY {order}
+                 -- Each key's share of the claim (at least two): enough for a fair round
+                 -- over all keys, without sorting limit x keys candidates.
+                 LIMIT (SELECT GREATEST(2, ceil(%(limit)s::float8 / GREATEST(count(*), 1)))::int
+                          FROM keys WHERE key IS NOT NULL)) AS head
              WHERE keys.key IS NOT NULL
         ),
         running AS (

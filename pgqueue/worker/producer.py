@@ -60,8 +60,11 @@ LIMITS_RECHECK = 2.0
 LIMITS_BUSY_RETRY = 0.02
 # How many concurrency keys one limited claim looks at (fair queues, key_concurrency).
 MAX_KEYS = 200
-# How many jobs without a key one limited claim considers, beyond its free slots.
-LIMITED_SCAN = 200
+# How far down the claim index one limited claim looks for jobs without a key (keyed
+# jobs are found per key, whatever their place). Bounded so that a deep backlog (say,
+# 100,000 jobs of a busy key) costs each claim about a millisecond, not a walk over all
+# of it (measured 58 ms for 200,000 entries).
+LIMITED_SCAN = 1000
 
 # A job's place in claim order: priority (descending), run_at, id.
 ClaimKey = tuple[int, datetime, int]
