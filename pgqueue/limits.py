@@ -102,12 +102,18 @@ def _number(value: float) -> str:
 
 def concurrency(value: Any, *, what: str) -> int | None:
     """A valid concurrency limit: a whole number of running jobs from 1, or None."""
+    return whole_number_or_none(value, what=what, unit="running jobs", none="no limit")
+
+
+def whole_number_or_none(value: Any, *, what: str, unit: str, none: str) -> int | None:
+    """``value`` if it is a whole number from 1 to 2^31-1 (``unit`` of them), or None;
+    anything else raises one line naming ``what`` and what None means."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INTEGER:
         raise ConfigurationError(
-            f"invalid {what} {short_repr(value)} ({a_type(value)}): a whole number of running "
-            f"jobs from 1 to {MAX_INTEGER}, or None for no limit")
+            f"invalid {what} {short_repr(value)} ({a_type(value)}): a whole number of {unit} "
+            f"from 1 to {MAX_INTEGER}, or None for {none}")
     return value
 
 
@@ -127,21 +133,20 @@ def cost(value: Any) -> float | None:
     """A valid cost estimate: a finite number of units from 0 to 1e9, or None (1 unit)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or \
-            not math.isfinite(value) or not 0 <= value <= MAX_RATE_AMOUNT:
-        raise ConfigurationError(
-            f"invalid cost {short_repr(value)} ({a_type(value)}): a number of units from 0 "
-            f"to {MAX_RATE_AMOUNT:.0e}, the estimate a limit by cost charges at claim")
-    return float(value)
+    return _units(value, "cost", "the estimate a limit by cost charges at claim")
 
 
 def charge_units(value: Any) -> float:
     """A valid ``ctx.charge()`` amount: a finite number of units from 0 to 1e9."""
+    return _units(value, "ctx.charge() units", "what the job used of its cost limit")
+
+
+def _units(value: Any, what: str, meaning: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or \
             not math.isfinite(value) or not 0 <= value <= MAX_RATE_AMOUNT:
         raise ConfigurationError(
-            f"invalid ctx.charge() units {short_repr(value)} ({a_type(value)}): a finite "
-            f"number from 0 to {MAX_RATE_AMOUNT:.0e}")
+            f"invalid {what} {short_repr(value)} ({a_type(value)}): a finite number of units "
+            f"from 0 to {MAX_RATE_AMOUNT:.0e}, {meaning}")
     return float(value)
 
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-from pgqueue.bounds import MAX_INTEGER, short_repr
+from pgqueue.bounds import short_repr
 from pgqueue.db.names import notify_channel
 from pgqueue.db.plans import Plan, Statement
 from pgqueue.db.queries import Queries
-from pgqueue.errors import ConfigurationError, a_type
+from pgqueue.errors import ConfigurationError
+from pgqueue.limits import whole_number_or_none
 from pgqueue.settings import parse_duration
 
 __all__ = ["QUEUE_FULL", "UNSET", "QueueInfo", "Unset", "list_queues", "max_queued",
@@ -137,10 +138,4 @@ def priority_aging(value: Any) -> float | None:
 
 def max_queued(value: Any) -> int | None:
     """A valid ``max_queued``: a whole number of jobs from 1, or None (unbounded)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INTEGER:
-        raise ConfigurationError(
-            f"invalid max_queued {value!r} ({a_type(value)}): a whole number of jobs from 1 "
-            f"to {MAX_INTEGER}, or None for no bound")
-    return value
+    return whole_number_or_none(value, what="max_queued", unit="jobs", none="no bound")

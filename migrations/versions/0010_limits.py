@@ -86,6 +86,12 @@ UPGRADE = [
         CONSTRAINT task_limits_rate_check """ + _RATE_CHECK + """
     )
     """,
+    "COMMENT ON COLUMN {schema}.task_limits.rate_limit IS "
+    "'The rate limit as given (''100/m'', ''90000 tokens/m''): rate_amount per rate_window "
+    "seconds, job starts spread evenly. NULL: no rate limit.'",
+    "COMMENT ON COLUMN {schema}.task_limits.rate_unit IS "
+    "'The unit of a limit by cost (''tokens''): jobs are charged jobs.cost at claim and "
+    "corrected by ctx.charge(). NULL: a limit on job starts.'",
     "COMMENT ON TABLE {schema}.task_limits IS "
     "'pgqueue per-task limits, declared by workers from @q.task(global_concurrency=, "
     "key_concurrency=, rate_limit=) when they start; a task without a row has none.'",

@@ -20,6 +20,8 @@ tables and the migrated database agree; change both together.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -283,14 +285,7 @@ def _queues(metadata: MetaData, schema: str) -> Table:
         Column("key_concurrency", Integer,
                comment="At most this many running jobs of the queue per concurrency_key. "
                        "NULL: no limit."),
-        Column("rate_limit", Text,
-               comment="The rate limit as given ('100/m', '90000 tokens/m'): rate_amount per "
-                       "rate_window seconds, job starts spread evenly. NULL: no rate limit."),
-        Column("rate_amount", Double),
-        Column("rate_window", Double),
-        Column("rate_unit", Text,
-               comment="The unit of a limit by cost ('tokens'): jobs are charged jobs.cost at "
-                       "claim and corrected by ctx.charge(). NULL: a limit on job starts."),
+        *_rate_columns(),
         Column("fair", Boolean, nullable=False, server_default=text("false"),
                comment="Claims take the queue's concurrency keys in turn, so a key with many "
                        "jobs cannot starve one with few."),
@@ -299,11 +294,7 @@ def _queues(metadata: MetaData, schema: str) -> Table:
                         name="queues_concurrency_check"),
         CheckConstraint("key_concurrency IS NULL OR key_concurrency >= 1",
                         name="queues_key_concurrency_check"),
-        CheckConstraint(
-            "(rate_limit IS NULL) = (rate_amount IS NULL) AND (rate_amount IS NULL) = "
-            "(rate_window IS NULL) AND (rate_amount IS NULL OR (rate_amount > 0 AND "
-            "rate_amount <= 1e9 AND rate_window >= 0.001 AND rate_window <= 604800))",
-            name="queues_rate_check"),
+        _rate_check("queues_rate_check"),
         CheckConstraint("length(name) BETWEEN 1 AND 200", name="queues_name_check"),
         CheckConstraint("max_queued IS NULL OR max_queued >= 1",
                         name="queues_max_queued_check"),
@@ -437,6 +428,27 @@ def _job_steps(metadata: MetaData, schema: str) -> Table:
     )
 
 
+def _rate_columns() -> list[Column[Any]]:
+    """A rate limit's columns, in ``queues`` and ``task_limits`` alike (0010_limits)."""
+    return [
+        Column("rate_limit", Text,
+               comment="The rate limit as given ('100/m', '90000 tokens/m'): rate_amount per "
+                       "rate_window seconds, job starts spread evenly. NULL: no rate limit."),
+        Column("rate_amount", Double),
+        Column("rate_window", Double),
+        Column("rate_unit", Text,
+               comment="The unit of a limit by cost ('tokens'): jobs are charged jobs.cost at "
+                       "claim and corrected by ctx.charge(). NULL: a limit on job starts."),
+    ]
+
+
+def _rate_check(name: str) -> CheckConstraint:
+    return CheckConstraint(
+        "(rate_limit IS NULL) = (rate_amount IS NULL) AND (rate_amount IS NULL) = "
+        "(rate_window IS NULL) AND (rate_amount IS NULL OR (rate_amount > 0 AND "
+        "rate_amount <= 1e9 AND rate_window >= 0.001 AND rate_window <= 604800))", name=name)
+
+
 def _task_limits(metadata: MetaData, schema: str) -> Table:
     return Table(
         "task_limits",
@@ -444,21 +456,14 @@ def _task_limits(metadata: MetaData, schema: str) -> Table:
         Column("task", Text, nullable=False),
         Column("global_concurrency", Integer),
         Column("key_concurrency", Integer),
-        Column("rate_limit", Text),
-        Column("rate_amount", Double),
-        Column("rate_window", Double),
-        Column("rate_unit", Text),
+        *_rate_columns(),
         Column("updated_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
         PrimaryKeyConstraint("task", name="task_limits_pkey"),
         CheckConstraint("global_concurrency IS NULL OR global_concurrency >= 1",
                         name="task_limits_global_concurrency_check"),
         CheckConstraint("key_concurrency IS NULL OR key_concurrency >= 1",
                         name="task_limits_key_concurrency_check"),
-        CheckConstraint(
-            "(rate_limit IS NULL) = (rate_amount IS NULL) AND (rate_amount IS NULL) = "
-            "(rate_window IS NULL) AND (rate_amount IS NULL OR (rate_amount > 0 AND "
-            "rate_amount <= 1e9 AND rate_window >= 0.001 AND rate_window <= 604800))",
-            name="task_limits_rate_check"),
+        _rate_check("task_limits_rate_check"),
         schema=schema,
         comment="pgqueue per-task limits, declared by workers from @q.task(global_concurrency=, "
                 "key_concurrency=, rate_limit=) when they start; a task without a row has none.",

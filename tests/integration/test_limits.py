@@ -46,6 +46,13 @@ def _done(dsn: str, ids: list[int]) -> bool:
     return all((row(dsn, i) or {}).get("status") == "succeeded" for i in ids)
 
 
+def _paused(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        found = conn.execute("SELECT count(*) FROM pgqueue.limit_state "
+                             "WHERE paused_until > now()").fetchone()
+    return found == (1,)
+
+
 async def _workers(stack: AsyncExitStack, queue: Queue, count: int, **settings: Any) -> None:
     for _ in range(count):
         await stack.enter_async_context(background_worker(queue, **settings))
@@ -228,6 +235,8 @@ async def test_rate_limited_without_a_limit_pauses_its_task_and_nothing_else(
     job = await flaky.enqueue_async()
     async with background_worker(aq, poll_interval=0.2):
         await async_wait_until(lambda: calls, timeout=10, message="the first call")
+        await async_wait_until(lambda: _paused(dsn), timeout=5,
+                               message="the pause to be recorded with the outcome")
         later = await flaky.enqueue_async()
         other = await steady.enqueue_async()
         await async_wait_until(lambda: _done(dsn, [other.id]), timeout=10,
