@@ -87,10 +87,10 @@ def _app_queue(config: pytest.Config) -> Queue:
 
 
 @pytest.fixture
-def pgqueue_queue(request: pytest.FixtureRequest, pgqueue_dsn: str) -> Iterator[Queue]:
+def pgqueue_queue(request: pytest.FixtureRequest) -> Iterator[Queue]:
     """The ``pgqueue_app`` Queue, pointed at this test's database; its pools closed after."""
-    queue = _app_queue(request.config)
-    queue.configure(dsn=pgqueue_dsn)
+    queue = _app_queue(request.config)  # a bad option fails before any database is made
+    queue.configure(dsn=request.getfixturevalue("pgqueue_dsn"))
     try:
         yield queue
     finally:

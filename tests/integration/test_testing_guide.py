@@ -42,15 +42,3 @@ def test_the_worked_example_passes_with_the_plugin(tmp_path: Path, admin_dsn: st
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"^3 passed", result.stdout, re.MULTILINE), result.stdout
-
-
-def test_the_plugin_says_what_pgqueue_queue_needs(tmp_path: Path, admin_dsn: str) -> None:
-    (tmp_path / "test_it.py").write_text("def test_it(pgqueue_queue):\n    pass\n")
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = clean_environment() | {"PGQUEUE_TEST_DSN": admin_dsn}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode != 0
-    assert "pgqueue_app = module:name" in result.stdout + result.stderr
