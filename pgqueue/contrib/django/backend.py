@@ -131,7 +131,12 @@ class PgQueueBackend(BaseTaskBackend):
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority,
                                    "conn": self.django_connection()}
         if task.run_after is not None:
-            options["run_at"] = task.run_after
+            run_at = task.run_after
+            if run_at.tzinfo is None:  # USE_TZ = False: naive times are in TIME_ZONE
+                from django.utils import timezone
+
+                run_at = timezone.make_aware(run_at)
+            options["run_at"] = run_at
         call = registered.using(**options)
         job = call.enqueue(*args, **kwargs)
         return self._result(task, job, list(args), dict(kwargs))
