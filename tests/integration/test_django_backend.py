@@ -178,6 +178,25 @@ def test_unknown_result_ids_and_hostile_task_names(shop: Any) -> None:
         shop.fulfil_order.get_result(str(job.id))
 
 
+def test_a_task_the_worker_could_not_find_is_refused_at_enqueue(shop: Any) -> None:
+    import sys
+    import types
+
+    from pgqueue import ConfigurationError
+
+    module = types.ModuleType("renamed_tasks")
+    exec("def work():\n    return 1\n", module.__dict__)
+    module.renamed = shop.task(module.work)  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        # Its module path is renamed_tasks.work, which holds the plain function.
+        with pytest.raises(ConfigurationError, match="not the module attribute"):
+            module.renamed.enqueue()
+    finally:
+        del sys.modules[module.__name__]
+    assert backend_queue().list_jobs() == []
+
+
 def test_pgq_worker_burst_runs_django_tasks(shop: Any, dsn: str) -> None:
     from tests.integration.django_project.shop.models import Order
 

@@ -127,7 +127,14 @@ class PgQueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
         self.validate_task(task)
-        registered = self.queue.tasks[task.module_path]
+        registered = self.queue.tasks.get(task.module_path)
+        if not isinstance(registered, _DjangoJobTask) or \
+                registered.django_task.func is not task.func:
+            # The worker finds a task by its module path; one it cannot find there
+            # would only fail later, as a dead job.
+            raise ConfigurationError(
+                f"Django task {task.module_path!r} is not the module attribute of that "
+                "name: define it with @task at module level under its function's name")
         options: dict[str, Any] = {"queue": task.queue_name, "priority": task.priority,
                                    "conn": self.django_connection()}
         if task.run_after is not None:
@@ -154,6 +161,9 @@ class PgQueueBackend(BaseTaskBackend):
         if job is None:
             raise TaskResultDoesNotExist(result_id)
         task = queue.tasks.get(job.task)
+        if task is None:
+            autodiscover()  # its module may just not be imported in this process yet
+            task = queue.tasks.get(job.task)
         if not isinstance(task, _DjangoJobTask):
             raise TaskResultDoesNotExist(f"{result_id}: job {job_id} runs {job.task!r}, "
                                          "not a Django task known here")
