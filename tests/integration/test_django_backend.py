@@ -131,6 +131,9 @@ def test_failures_retry_then_fail_with_the_exception_class(shop: Any) -> None:
     job = backend_queue().get_job(int(result.id))
     assert (job.queue, job.priority, job.max_attempts, job.timeout) == ("emails", 10, 2, 60)
     assert [a.outcome for a in drain(backend_queue())] == ["retrying"]
+    retrying = backend_queue().get_job(int(result.id))
+    assert retrying.status == "retrying"
+    assert 50 < (retrying.run_at - datetime.now(UTC)).total_seconds() <= 60  # RETRY_INTERVALS
     result.refresh()
     assert result.status == "READY"  # waiting for its second attempt
     assert result.errors[0].exception_class is LookupError
@@ -176,6 +179,17 @@ def test_unknown_result_ids_and_hostile_task_names(shop: Any) -> None:
     assert "unknown task 'os.system'" in (queue.get_job(job.id).error or "")
     with pytest.raises(TaskResultDoesNotExist, match="not a Django task"):
         shop.fulfil_order.get_result(str(job.id))
+
+
+def test_unknown_options_are_refused_with_the_accepted_ones(django_setup: None) -> None:
+    from pgqueue import ConfigurationError
+    from pgqueue.contrib.django import PgQueueBackend
+
+    with pytest.raises(ConfigurationError, match=r"unknown option\(s\) MAX_ATTEMPT; "
+                       r"accepted: DATABASE, DSN, MAX_ATTEMPTS"):
+        PgQueueBackend("default", {"OPTIONS": {"MAX_ATTEMPT": 2}})
+    with pytest.raises(ConfigurationError, match="invalid retry_intervals"):
+        PgQueueBackend("default", {"OPTIONS": {"RETRY_INTERVALS": "60"}})
 
 
 def test_a_task_the_worker_could_not_find_is_refused_at_enqueue(shop: Any) -> None:

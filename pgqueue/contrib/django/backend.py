@@ -34,7 +34,7 @@ from pgqueue.contrib.django.tasks_api import (
 )
 from pgqueue.errors import ConfigurationError
 from pgqueue.job import Job
-from pgqueue.options import JobOptions
+from pgqueue.options import JobOptions, retry_intervals
 from pgqueue.queue import Queue
 from pgqueue.task import Task as PgQueueTask
 
@@ -68,7 +68,9 @@ class PgQueueBackend(BaseTaskBackend):
     enqueues, and where pgqueue's tables are (default ``"default"``; None: use ``DSN``
     and pgqueue's own connections); ``DSN`` — pgqueue's database, when not that alias's;
     ``SCHEMA`` (default ``"pgqueue"``); ``MAX_ATTEMPTS`` (default 3), ``TIMEOUT``
-    (seconds, default none), ``RESULT_TTL`` (seconds, default 86400) for every job.
+    (seconds, default none), ``RESULT_TTL`` (seconds, default 86400) and
+    ``RETRY_INTERVALS`` (seconds before the 1st, 2nd... retry; default exponential
+    backoff with jitter) for every job.
     ``QUEUES``, as for any backend, lists the queue names tasks may use (empty: any).
     """
 
@@ -80,7 +82,8 @@ class PgQueueBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         options = dict(params.get("OPTIONS", {}))
-        known = {"DATABASE", "DSN", "SCHEMA", "MAX_ATTEMPTS", "TIMEOUT", "RESULT_TTL"}
+        known = {"DATABASE", "DSN", "SCHEMA", "MAX_ATTEMPTS", "TIMEOUT", "RESULT_TTL",
+                 "RETRY_INTERVALS"}
         unknown = sorted(set(options) - known)
         if unknown:
             raise ConfigurationError(
@@ -94,6 +97,7 @@ class PgQueueBackend(BaseTaskBackend):
              "timeout": options.get("TIMEOUT"),
              "result_ttl": options.get("RESULT_TTL", 86400)},
             frozenset({"max_attempts", "timeout", "result_ttl"}))
+        self.retry_intervals = retry_intervals(options.get("RETRY_INTERVALS"))
 
     # -- where jobs go ---------------------------------------------------------------
 
@@ -330,7 +334,8 @@ def _wrap(queue: Queue, django_task: Task[Any, Any], backend: PgQueueBackend
 
         runner = run
     registered = _DjangoJobTask(queue, runner, name=django_task.module_path,
-                                options=backend.job_options, retry_intervals=None)
+                                options=backend.job_options,
+                                retry_intervals=backend.retry_intervals)
     registered.django_task = django_task
     return registered
 

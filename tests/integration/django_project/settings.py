@@ -35,6 +35,6 @@ TASKS = {
     "default": {
         "BACKEND": "pgqueue.contrib.django.PgQueueBackend",
         "QUEUES": ["default", "emails"],
-        "OPTIONS": {"MAX_ATTEMPTS": 2, "TIMEOUT": 60},
+        "OPTIONS": {"MAX_ATTEMPTS": 2, "TIMEOUT": 60, "RETRY_INTERVALS": [60, 600]},
     },
 }
