@@ -1234,6 +1234,15 @@ class Queries:
          ORDER BY j.failed_at DESC, j.id DESC
          LIMIT %(limit)s
     """)
+    # -- pgqueue.testing -----------------------------------------------------------------
+    # drain(q, now=...): the jobs due by %(now)s (a time ahead of the clock) become ready
+    # now, each moved back by the same amount, so they keep their claim order. Jobs due
+    # later keep their run_at: a second drain with a later time finds them as they were.
+    make_due_jobs_ready = _Plain("""
+        UPDATE {schema}.jobs
+           SET run_at = run_at - (%(now)s::timestamptz - now())
+         WHERE status = 'queued' AND run_at > now() AND run_at <= %(now)s::timestamptz
+    """)
     queue_stats = _Plain(_QUEUE_COUNTS + """
         SELECT COALESCE(live.queue, dead.queue) AS queue, """ + _COUNT_COLUMNS + """
           FROM live FULL JOIN dead ON live.queue = dead.queue
