@@ -27,7 +27,8 @@ def test_every_skipped_block_says_why() -> None:
 def _dead_and_statuses(dsn: str) -> tuple[int, dict[str, int]]:
     with psycopg.connect(dsn) as conn:
         dead = conn.execute("SELECT count(*) FROM pgqueue.dead_jobs").fetchone()
-        statuses = dict(conn.execute("SELECT status, count(*) FROM pgqueue.jobs GROUP BY 1"))
+        statuses: dict[str, int] = dict(
+            conn.execute("SELECT status, count(*) FROM pgqueue.jobs GROUP BY 1"))
     assert dead is not None
     return dead[0], statuses
 
