@@ -10,7 +10,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -45,13 +45,17 @@ from pgqueue.settings import (
     split_pool_mode,
 )
 from pgqueue.stats import QueueStats, WorkerInfo, list_workers, queue_stats
-from pgqueue.task import Task
+from pgqueue.task import Task, TaskDecorator
 from pgqueue.workflows import WorkflowHandle
 
 if TYPE_CHECKING:
+    from pgqueue.context import JobContext
     from pgqueue.worker.settings import WorkerSettings
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+# @q.periodic returns the task it decorates, with its type.
+AnyTask = TypeVar("AnyTask", bound=Task[Any, Any])
 
 # What PostgreSQL raises when a statement names a table, column or function that the
 # schema lacks: a schema that was never migrated, or is older than this code.
@@ -133,17 +137,40 @@ class Queue:
 
     # -- tasks ------------------------------------------------------------------------
 
+    # Bare @q.task: the overloads of TaskDecorator.__call__ (pgqueue/task.py says why
+    # each), repeated because a method's overloads must be spelled out.
     @overload
-    def task(self, func: F, /) -> Task[Any, Any]: ...
+    def task(self, func: Callable[Concatenate[object, P], R], /) -> Task[..., R]: ...
 
+    @overload
+    def task(self, func: Callable[Concatenate[JobContext, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, func: Callable[Concatenate[Any, JobContext, P], R], /) -> Task[..., R]: ...
+
+    @overload
+    def task(
+        self, func: Callable[Concatenate[Any, Any, JobContext, P], R], /
+    ) -> Task[..., R]: ...
+
+    @overload
+    def task(
+        self, func: Callable[Concatenate[Any, Any, Any, JobContext, P], R], /
+    ) -> Task[..., R]: ...
+
+    @overload
+    def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+    # @q.task(...) with options.
     @overload
     def task(
         self, func: None = None, /, *, name: str | None = None, **options: Any
-    ) -> Callable[[F], Task[Any, Any]]: ...
+    ) -> TaskDecorator: ...
 
     def task(
-        self, func: F | None = None, /, *, name: str | None = None, **options: Any
-    ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
+        self, func: Callable[..., Any] | None = None, /, *, name: str | None = None,
+        **options: Any,
+    ) -> Task[Any, Any] | TaskDecorator:
         """Register a function as a task; bare ``@q.task`` or ``@q.task(queue=..., ...)``.
 
         Options: queue, priority, max_attempts, timeout, retry_intervals, result_ttl; and
@@ -160,7 +187,7 @@ class Queue:
         defaults = JobOptions().with_options(options, TASK_OPTIONS)
         intervals = retry_intervals(options.get("retry_intervals"))
 
-        def register(target: F) -> Task[Any, Any]:
+        def register(target: Callable[..., Any]) -> Task[Any, Any]:
             registered = task_name(name or f"{target.__module__}.{target.__qualname__}")
             if registered in self.tasks and self.tasks[registered].func is not target:
                 raise ConfigurationError(
@@ -174,11 +201,11 @@ class Queue:
             self.tasks[registered] = task
             return task
 
-        return register(func) if func is not None else register
+        return register(func) if func is not None else cast(TaskDecorator, register)
 
     def periodic(
         self, cron: str, *, tz: str | None = None, name: str | None = None, **options: Any
-    ) -> Callable[[Task[Any, Any]], Task[Any, Any]]:
+    ) -> Callable[[AnyTask], AnyTask]:
         """Enqueue the task below at every tick of ``cron``: ``@q.periodic("*/5 * * * *")``
         placed above ``@q.task``.
 
@@ -195,7 +222,7 @@ class Queue:
         if name is not None:
             schedule_name(name)
 
-        def register(task: Task[Any, Any]) -> Task[Any, Any]:
+        def register(task: AnyTask) -> AnyTask:
             if not isinstance(task, Task):
                 raise ConfigurationError(
                     f"@q.periodic({cron!r}) decorates a task: place it above @q.task, "
