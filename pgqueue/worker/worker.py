@@ -33,6 +33,7 @@ from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.connections import CLAIMS, COMPLETIONS, TaskConnections, WorkerConnections
+from pgqueue.worker.counts import OutcomeCounts
 from pgqueue.worker.executor import Execution, Executor
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
@@ -94,6 +95,8 @@ class Worker:
             report_progress=self._report_progress, connections=self.task_connections,
             log_succeeded=settings.log_succeeded,
         )
+        # Outcomes by minute for job_counts, written by the heartbeat (worker/counts.py).
+        self.counts = OutcomeCounts()
         self.heartbeat = Heartbeat(
             connect=self.connections.link(), queries=queries, lease=settings.lease,
             registration={
@@ -102,7 +105,7 @@ class Worker:
             },
             running=lambda: list(self.executions.values()),
             on_lease_lost=self._lease_lost, on_cancel_requested=self._cancel_requested,
-            stuck=lambda: self.threads.stuck,
+            stuck=lambda: self.threads.stuck, counts=self.counts,
         )
         self.producer = Producer(
             connect=self.connections.link(CLAIMS), queries=queries, worker_id=self.id,
@@ -264,6 +267,8 @@ class Worker:
         is due (no NOTIFY is sent for a future run_at)."""
         if outcome.final:
             self.producer.slot_freed()
+            if recorded:
+                self.counts.add(outcome.queue, outcome.kind)
         if recorded and outcome.kind in ("retry", "snooze") and \
                 0 < outcome.delay < self.settings.poll_interval and self._loop is not None:
             self._loop.call_later(outcome.delay, self.producer.wake)
@@ -416,6 +421,8 @@ class Worker:
         try:
             conn = await asyncio.wait_for(self.connections.connect(), timings.DEREGISTER_TIMEOUT)
             try:
+                # The last outcomes' counts, then the row (the counts stay).
+                await self.counts.write(conn, self.queue.queries, self.id)
                 await conn.execute(self.queue.queries.delete_worker, {"worker_id": self.id})
             finally:
                 await conn.close()
