@@ -512,11 +512,12 @@ class Queue:
         """Worker processes (alive, or expired and about to be removed), oldest first."""
         return self.run_plan(list_workers(self.queries, now=datetime.now(UTC)))
 
-    def throughput(self, *, minutes: int = 60, queue: str | None = None
-                   ) -> list[ThroughputPoint]:
+    def throughput(self, *, minutes: int = 60, queue: str | None = None,
+                   task: str | None = None) -> list[ThroughputPoint]:
         """Job outcomes per minute, queue and outcome over the last ``minutes`` minutes
         (from ``job_counts``, which outlives the pruning of finished jobs)."""
-        return self.run_plan(throughput(self.queries, minutes=minutes, queue=queue))
+        return self.run_plan(throughput(self.queries, minutes=minutes, queue=queue,
+                                        task=task))
 
     # -- schema ---------------------------------------------------------------------------
 

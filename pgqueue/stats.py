@@ -97,7 +97,8 @@ def list_workers(queries: Queries, *, now: datetime) -> Plan[list[WorkerInfo]]:
 
 @dataclass(frozen=True)
 class ThroughputPoint:
-    """How many jobs of one queue had one outcome in one minute, over every worker.
+    """How many jobs of one queue had one outcome in one minute, over every worker (and
+    every task, unless the plan was asked for one).
 
     ``outcome`` is ``succeeded``, ``failed`` (an attempt failed; the job runs again),
     ``dead``, ``cancelled`` or ``snoozed``. Read from ``job_counts``, which workers fill
@@ -117,18 +118,20 @@ class ThroughputPoint:
 
 
 def throughput(
-    queries: Queries, *, minutes: int = 60, queue: str | None = None
+    queries: Queries, *, minutes: int = 60, queue: str | None = None,
+    task: str | None = None,
 ) -> Plan[list[ThroughputPoint]]:
     """Outcomes per minute over the last ``minutes`` minutes (the current one included),
-    by queue (only ``queue`` when given) and outcome, oldest first.
+    by queue (only ``queue`` when given) and outcome, oldest first; of every task, or of
+    ``task`` only.
 
     Sparse: a minute, queue and outcome with no job has no point (a chart fills zeros).
     """
     if not 1 <= minutes <= 7 * 24 * 60:
         raise ConfigurationError(f"minutes must be between 1 and {7 * 24 * 60} (7 days), "
                          f"got {minutes!r}")
-    rows = yield Statement(queries.select_throughput, {"minutes": minutes, "queue": queue},
-                           fetch="all")
+    params = {"minutes": minutes, "queue": queue, "task": task}
+    rows = yield Statement(queries.select_throughput, params, fetch="all")
     return [_build(ThroughputPoint, row) for row in rows]
 
 

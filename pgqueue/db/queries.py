@@ -658,13 +658,14 @@ class Queries:
     delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
     # -- Throughput counts (revision 0011_job_counts; pgqueue/worker/counts.py) ---------
     # A worker's outcome counts since its last flush, added to its own rows (one per
-    # minute, queue and outcome): no other worker writes them, so this never waits.
+    # minute, queue, task and outcome): no other worker writes them, so this never waits.
     record_job_counts = _Plain("""
-        INSERT INTO {schema}.job_counts AS c (minute, queue, outcome, worker_id, count)
-        SELECT minute, queue, outcome, %(worker_id)s, count
-          FROM unnest(%(minutes)s::timestamptz[], %(queues)s::text[], %(outcomes)s::text[],
-                      %(counts)s::bigint[]) AS t(minute, queue, outcome, count)
-        ON CONFLICT (minute, queue, outcome, worker_id) DO UPDATE
+        INSERT INTO {schema}.job_counts AS c (minute, queue, task, outcome, worker_id, count)
+        SELECT minute, queue, task, outcome, %(worker_id)s, count
+          FROM unnest(%(minutes)s::timestamptz[], %(queues)s::text[], %(tasks)s::text[],
+                      %(outcomes)s::text[], %(counts)s::bigint[])
+               AS t(minute, queue, task, outcome, count)
+        ON CONFLICT (minute, queue, task, outcome, worker_id) DO UPDATE
            SET count = c.count + EXCLUDED.count
     """)
     # Counts past their retention (maintenance, with the pruner): a range of the primary
@@ -674,13 +675,15 @@ class Queries:
          WHERE minute < now() - make_interval(secs => %(retention)s)
     """)
     # Outcomes per minute and queue over the last %(minutes)s minutes (this one
-    # included), summed over workers; only minutes with outcomes have rows.
+    # included), summed over tasks (or of one task) and workers; only minutes with
+    # outcomes have rows.
     select_throughput = _Plain("""
         SELECT minute, queue, outcome, sum(count)::bigint AS count
           FROM {schema}.job_counts
          WHERE minute >= date_trunc('minute', now())
                          - make_interval(mins => %(minutes)s - 1)
            AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+           AND (%(task)s::text IS NULL OR task = %(task)s::text)
          GROUP BY minute, queue, outcome
          ORDER BY minute, queue, outcome
     """)

@@ -398,16 +398,18 @@ def _job_counts(metadata: MetaData, schema: str) -> Table:
         Column("minute", _TIMESTAMPTZ, nullable=False,
                comment="The start of the minute the outcomes were recorded in."),
         Column("queue", Text, nullable=False),
+        Column("task", Text, nullable=False),
         Column("outcome", Text, nullable=False,
                comment="succeeded, failed (an attempt failed, the job retries), dead, "
                        "cancelled or snoozed."),
         Column("worker_id", Text, nullable=False,
                comment="The worker that recorded the outcomes (workers.id while it runs)."),
         Column("count", BigInteger, nullable=False),
-        PrimaryKeyConstraint("minute", "queue", "outcome", "worker_id", name="job_counts_pkey"),
+        PrimaryKeyConstraint("minute", "queue", "task", "outcome", "worker_id",
+                             name="job_counts_pkey"),
         CheckConstraint("count >= 0", name="job_counts_count_check"),
         schema=schema,
-        comment="pgqueue throughput: job outcomes per minute, queue and worker, kept 7 days "
+        comment="pgqueue throughput: job outcomes per minute, queue, task and worker, kept 7 days "
                 "after the jobs themselves are pruned.",
     )
 

@@ -2,7 +2,7 @@
 
 Throughput must outlive the pruning of finished jobs, yet cost nothing on the claim and
 completion path. So the worker counts each outcome it records (a dict increment in the
-completer's callback) by minute, queue and outcome, and adds what it counted to its own
+completer's callback) by minute, queue, task and outcome, and adds what it counted to its own
 rows of ``job_counts`` with one statement per heartbeat (``queries.record_job_counts``)
 and once more when it stops. Counts whose write failed on a lost connection are kept for
 the next try; other errors (a role without the grant, say) drop them with a warning: a
@@ -41,22 +41,22 @@ COUNTED: Final[dict[OutcomeKind, str]] = {
     "snooze": "snoozed",
 }
 
-Key = tuple[int, str, str]  # (minute as a Unix time, queue, outcome)
+Key = tuple[int, str, str, str]  # (minute as a Unix time, queue, task, outcome)
 
 
 class OutcomeCounts:
-    """Counts by minute, queue and outcome since the last write."""
+    """Counts by minute, queue, task and outcome since the last write."""
 
     def __init__(self, clock: Any = time.time) -> None:
         self._clock = clock
         self._counts: dict[Key, int] = {}
 
-    def add(self, queue: str, kind: OutcomeKind) -> None:
+    def add(self, queue: str, task: str, kind: OutcomeKind) -> None:
         """Count one recorded outcome of ``kind`` (kinds that are not counted are ignored)."""
         outcome = COUNTED.get(kind)
         if outcome is None:
             return
-        key = (int(self._clock() // 60) * 60, queue, outcome)
+        key = (int(self._clock() // 60) * 60, queue, task, outcome)
         self._counts[key] = self._counts.get(key, 0) + 1
 
     def __bool__(self) -> bool:
@@ -94,8 +94,9 @@ def parameters(taken: dict[Key, int], worker_id: str) -> dict[str, Any]:
     keys = list(taken)
     return {
         "worker_id": worker_id,
-        "minutes": [datetime.fromtimestamp(minute, UTC) for minute, _, _ in keys],
-        "queues": [queue for _, queue, _ in keys],
-        "outcomes": [outcome for _, _, outcome in keys],
+        "minutes": [datetime.fromtimestamp(minute, UTC) for minute, _, _, _ in keys],
+        "queues": [queue for _, queue, _, _ in keys],
+        "tasks": [task for _, _, task, _ in keys],
+        "outcomes": [outcome for _, _, _, outcome in keys],
         "counts": [taken[key] for key in keys],
     }

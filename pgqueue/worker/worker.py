@@ -268,7 +268,7 @@ class Worker:
         if outcome.final:
             self.producer.slot_freed()
             if recorded:
-                self.counts.add(outcome.queue, outcome.kind)
+                self.counts.add(outcome.queue, outcome.task, outcome.kind)
         if recorded and outcome.kind in ("retry", "snooze") and \
                 0 < outcome.delay < self.settings.poll_interval and self._loop is not None:
             self._loop.call_later(outcome.delay, self.producer.wake)

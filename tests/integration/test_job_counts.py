@@ -65,6 +65,14 @@ async def test_a_worker_counts_each_recorded_outcome_by_queue(aq: Queue, dsn: st
     # One row per minute, queue and outcome, under this worker's id.
     rows = await aexecute(dsn, "SELECT DISTINCT worker_id FROM pgqueue.job_counts")
     assert rows == [{"worker_id": worker.id}]
+    by_task = await aexecute(dsn, "SELECT task, outcome, count FROM pgqueue.job_counts "
+                                  "WHERE queue = 'reports' ORDER BY 1, 2")
+    assert by_task == [
+        {"task": "flaky", "outcome": "failed", "count": 1},
+        {"task": "flaky", "outcome": "succeeded", "count": 1},
+        {"task": "sleepy", "outcome": "snoozed", "count": 1},
+        {"task": "sleepy", "outcome": "succeeded", "count": 1},
+    ]
     only_mail = await aq.run_plan_async(throughput(aq.queries, queue="mail"))
     assert {p.queue for p in only_mail} == {"mail"}
     assert all(p.to_dict()["minute"].endswith(":00+00:00") for p in only_mail)
@@ -90,12 +98,12 @@ async def test_the_heartbeat_writes_counts_while_the_worker_runs(aq: Queue, dsn:
 
 async def test_throughput_sums_workers_within_the_window(aq: Queue, dsn: str) -> None:
     await aexecute(dsn, """
-        INSERT INTO pgqueue.job_counts (minute, queue, outcome, worker_id, count) VALUES
-          (date_trunc('minute', now()), 'q', 'succeeded', 'w1', 4),
-          (date_trunc('minute', now()), 'q', 'succeeded', 'w2', 6),
-          (date_trunc('minute', now()) - interval '5 minutes', 'q', 'dead', 'w1', 1),
-          (date_trunc('minute', now()) - interval '2 hours', 'q', 'succeeded', 'w1', 100),
-          (date_trunc('minute', now()), 'other', 'failed', 'w1', 2)
+        INSERT INTO pgqueue.job_counts (minute, queue, task, outcome, worker_id, count) VALUES
+          (date_trunc('minute', now()), 'q', 't', 'succeeded', 'w1', 4),
+          (date_trunc('minute', now()), 'q', 't2', 'succeeded', 'w2', 6),
+          (date_trunc('minute', now()) - interval '5 minutes', 'q', 't', 'dead', 'w1', 1),
+          (date_trunc('minute', now()) - interval '2 hours', 'q', 't', 'succeeded', 'w1', 100),
+          (date_trunc('minute', now()), 'other', 't', 'failed', 'w1', 2)
     """)
     points = await aq.run_plan_async(throughput(aq.queries, minutes=60, queue="q"))
     assert [(p.outcome, p.count) for p in points] == [("dead", 1), ("succeeded", 10)]
@@ -103,15 +111,17 @@ async def test_throughput_sums_workers_within_the_window(aq: Queue, dsn: str) ->
     recent = await aq.run_plan_async(throughput(aq.queries, minutes=1))
     assert sorted((p.queue, p.outcome, p.count) for p in recent) == [
         ("other", "failed", 2), ("q", "succeeded", 10)]
+    of_t2 = await aq.run_plan_async(throughput(aq.queries, queue="q", task="t2"))
+    assert [(p.outcome, p.count) for p in of_t2] == [("succeeded", 6)]
     everything = await aq.run_plan_async(throughput(aq.queries, minutes=7 * 24 * 60))
     assert sum(p.count for p in everything) == 113
 
 
 async def test_maintenance_prunes_counts_past_the_retention(aq: Queue, dsn: str) -> None:
     await aexecute(dsn, """
-        INSERT INTO pgqueue.job_counts (minute, queue, outcome, worker_id, count) VALUES
-          (date_trunc('minute', now()) - make_interval(secs => %(old)s), 'q', 'dead', 'w', 1),
-          (date_trunc('minute', now()) - interval '6 days', 'q', 'dead', 'w', 2)
+        INSERT INTO pgqueue.job_counts (minute, queue, task, outcome, worker_id, count) VALUES
+          (date_trunc('minute', now()) - make_interval(secs => %(old)s), 'q', 't', 'dead', 'w', 1),
+          (date_trunc('minute', now()) - interval '6 days', 'q', 't', 'dead', 'w', 2)
     """, {"old": RETENTION + 60})
     worker = Worker(aq, worker_settings())
     try:
@@ -129,7 +139,7 @@ def test_queue_throughput_reads_the_plan_and_rejects_a_window_out_of_range(
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO pgqueue.job_counts VALUES "
-                     "(date_trunc('minute', now()), 'q', 'succeeded', 'w', 3)")
+                     "(date_trunc('minute', now()), 'q', 't', 'succeeded', 'w', 3)")
     assert [(p.queue, p.outcome, p.count) for p in q.throughput(minutes=5)] == [
         ("q", "succeeded", 3)]
     for minutes in (0, 7 * 24 * 60 + 1):

@@ -35,55 +35,58 @@ class FakeConnection:
 def test_outcomes_count_by_minute_queue_and_outcome() -> None:
     clock = Clock(120.5)
     counts = OutcomeCounts(clock)
-    counts.add("a", "succeeded")
-    counts.add("a", "result")  # ctx.transaction() success: counts as succeeded
-    counts.add("a", "retry")
-    counts.add("b", "dead")
-    counts.add("b", "release")  # a shutdown release is not an outcome
-    counts.add("b", "progress")
+    counts.add("a", "t", "succeeded")
+    counts.add("a", "t", "result")  # ctx.transaction() success: counts as succeeded
+    counts.add("a", "t", "retry")
+    counts.add("b", "t", "dead")
+    counts.add("b", "t", "release")  # a shutdown release is not an outcome
+    counts.add("b", "t", "progress")
     clock.now = 180.0
-    counts.add("a", "succeeded")
-    counts.add("b", "snooze")
-    counts.add("b", "cancelled")
+    counts.add("a", "t", "succeeded")
+    counts.add("b", "t", "snooze")
+    counts.add("b", "t", "cancelled")
     assert counts.take() == {
-        (120, "a", "succeeded"): 2, (120, "a", "failed"): 1, (120, "b", "dead"): 1,
-        (180, "a", "succeeded"): 1, (180, "b", "snoozed"): 1, (180, "b", "cancelled"): 1,
+        (120, "a", "t", "succeeded"): 2, (120, "a", "t", "failed"): 1,
+        (120, "b", "t", "dead"): 1, (180, "a", "t", "succeeded"): 1,
+        (180, "b", "t", "snoozed"): 1, (180, "b", "t", "cancelled"): 1,
     }
     assert not counts
 
 
 def test_counts_given_back_add_to_those_counted_since() -> None:
     counts = OutcomeCounts(Clock(60.0))
-    counts.add("a", "succeeded")
+    counts.add("a", "t", "succeeded")
     taken = counts.take()
-    counts.add("a", "succeeded")
+    counts.add("a", "t", "succeeded")
     counts.give_back(taken)
-    assert counts.take() == {(60, "a", "succeeded"): 2}
+    counts.add("a", "other", "succeeded")
+    assert counts.take() == {(60, "a", "t", "succeeded"): 2, (60, "a", "other", "succeeded"): 1}
 
 
 def test_parameters_are_parallel_arrays() -> None:
-    params = parameters({(60, "a", "succeeded"): 2, (120, "b", "dead"): 1}, "w1")
+    params = parameters({(60, "a", "t1", "succeeded"): 2, (120, "b", "t2", "dead"): 1}, "w1")
     assert params == {
         "worker_id": "w1",
         "minutes": [datetime(1970, 1, 1, 0, 1, tzinfo=UTC), datetime(1970, 1, 1, 0, 2, tzinfo=UTC)],
-        "queues": ["a", "b"], "outcomes": ["succeeded", "dead"], "counts": [2, 1],
+        "queues": ["a", "b"], "tasks": ["t1", "t2"], "outcomes": ["succeeded", "dead"],
+        "counts": [2, 1],
     }
 
 
 async def test_a_lost_connection_keeps_the_counts_for_the_next_write() -> None:
     counts = OutcomeCounts(Clock(60.0))
-    counts.add("a", "succeeded")
+    counts.add("a", "t", "succeeded")
     conn = FakeConnection(psycopg.OperationalError("server closed the connection"))
     with pytest.raises(psycopg.OperationalError):
         await counts.write(conn, for_schema("pgqueue"), "w1")  # type: ignore[arg-type]
-    assert counts.take() == {(60, "a", "succeeded"): 1}
+    assert counts.take() == {(60, "a", "t", "succeeded"): 1}
 
 
 async def test_any_other_error_drops_the_counts_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     counts = OutcomeCounts(Clock(60.0))
-    counts.add("a", "succeeded")
+    counts.add("a", "t", "succeeded")
     conn = FakeConnection(psycopg.errors.InsufficientPrivilege("permission denied"))
     with caplog.at_level(logging.WARNING, "pgqueue.worker"):
         await counts.write(conn, for_schema("pgqueue"), "w1")  # type: ignore[arg-type]
