@@ -19,6 +19,7 @@ from . import (
     dead,
     demo,
     enqueue,
+    health,
     jobs,
     migrate,
     monitoring,
@@ -109,6 +110,7 @@ app.add_typer(queues.app, name="queues")
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
+health.register(app)
 roles.register(app)
 demo.register(app)
 

@@ -656,6 +656,23 @@ class Queries:
          WHERE id NOT IN (SELECT id FROM extended)
     """)
     delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
+    # -- Health (pgqueue/health.py: pgq health, probes) ----------------------------------
+    # Workers whose lease runs (alive), and per queue that is not paused the age of its
+    # oldest ready job: the queued rows only (the claim index's partial rows).
+    select_health = _Plain("""
+        SELECT (SELECT count(*) FROM {schema}.workers WHERE lease_expires_at > now())
+                   AS live_workers,
+               ARRAY(SELECT name FROM {schema}.queues WHERE paused ORDER BY name)
+                   AS paused_queues
+    """)
+    select_oldest_ready = _Plain("""
+        SELECT j.queue, extract(epoch FROM now() - min(j.run_at))::float8 AS age_seconds
+          FROM {schema}.jobs j
+         WHERE j.status = 'queued' AND j.run_at <= now()
+           AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+         GROUP BY j.queue
+         ORDER BY age_seconds DESC, j.queue
+    """)
     # -- Throughput counts (revision 0011_job_counts; pgqueue/worker/counts.py) ---------
     # A worker's outcome counts since its last flush, added to its own rows (one per
     # minute, queue, task and outcome): no other worker writes them, so this never waits.

@@ -198,3 +198,4 @@ def test_metrics_port_is_checked() -> None:
 
     with pytest.raises(ConfigurationError, match="invalid worker setting metrics_port"):
         WorkerSettings(metrics_port=70000)
+
