@@ -26,6 +26,7 @@ from . import (
     periodic,
     queues,
     roles,
+    top,
     worker,
     workflows,
 )
@@ -111,6 +112,7 @@ app.add_typer(workflows.app, name="workflows")
 app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
 health.register(app)
+top.register(app)
 roles.register(app)
 demo.register(app)
 
