@@ -8,6 +8,8 @@ each rule (what a Retry means, when a failure is final) lives in exactly one pla
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import time
 import traceback
@@ -15,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pgqueue import tracing
 from pgqueue.context import JobContext, TransactionSource
 from pgqueue.db.queries import ClaimedJob, Queries
 from pgqueue.errors import Discard, LeaseLost, Retry, Snooze
@@ -99,7 +102,18 @@ class Executor:
         return Execution(job, ctx, is_sync=task is not None and not task.is_async)
 
     async def run(self, execution: Execution) -> Outcome | None:
-        """Run one attempt; None means "nothing to record" (the lease was lost)."""
+        """Run one attempt; None means "nothing to record" (the lease was lost).
+
+        With OpenTelemetry installed, inside the attempt's span (``pgqueue/tracing.py``).
+        """
+        if not tracing.ENABLED:
+            return await self._run(execution)
+        with tracing.attempt_span(execution.job) as span:
+            outcome = await self._run(execution)
+            tracing.record_outcome(span, outcome)
+            return outcome
+
+    async def _run(self, execution: Execution) -> Outcome | None:
         job = execution.job
         task = self.tasks.get(job.task)
         if task is None:
@@ -143,7 +157,11 @@ class Executor:
                 if timeout is None:
                     return await task.func(*args, **kwargs)
                 return await self._bounded(task.func(*args, **kwargs), execution, deadline)
-            future = self.threads.submit(lambda: task.func(*args, **kwargs))
+            call: Callable[[], Any] = functools.partial(task.func, *args, **kwargs)
+            if tracing.ENABLED:
+                # The attempt's span stays current in the thread (its spans are children).
+                call = functools.partial(contextvars.copy_context().run, call)
+            future = self.threads.submit(call)
             try:
                 async with deadline:
                     # shield: a timeout or shutdown stops our wait, not the thread's
