@@ -106,7 +106,7 @@ class Executor:
 
         With OpenTelemetry installed, inside the attempt's span (``pgqueue/tracing.py``).
         """
-        if not tracing.ENABLED:
+        if not tracing.ENABLED or not tracing.active():
             return await self._run(execution)
         with tracing.attempt_span(execution.job) as span:
             outcome = await self._run(execution)
@@ -158,7 +158,7 @@ class Executor:
                     return await task.func(*args, **kwargs)
                 return await self._bounded(task.func(*args, **kwargs), execution, deadline)
             call: Callable[[], Any] = functools.partial(task.func, *args, **kwargs)
-            if tracing.ENABLED:
+            if tracing.ENABLED and tracing.active():
                 # The attempt's span stays current in the thread (its spans are children).
                 call = functools.partial(contextvars.copy_context().run, call)
             future = self.threads.submit(call)

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from pgqueue import Discard, JobContext, Queue
+from pgqueue import Discard, JobContext, Queue, tracing
 from pgqueue.tracing import META_KEY
 from tests.integration._worker_helpers import aexecute, run_burst
 
@@ -23,7 +23,7 @@ _INSTALLED = False
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """The SDK's provider, installed once per process (OpenTelemetry allows one), and an
     exporter emptied for each test."""
     global _INSTALLED
@@ -34,6 +34,8 @@ def spans() -> Iterator[InMemorySpanExporter]:
             trace.set_tracer_provider(provider)
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         _INSTALLED = True
+    # Workers ask again whether a provider is set at most every second: now.
+    monkeypatch.setattr(tracing, "_checked_at", float("-inf"))
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 
 from pgqueue import tracing
 from pgqueue.options import JobOptions
@@ -37,6 +40,22 @@ def test_the_worker_ignores_a_carrier_that_is_not_one() -> None:
     with TRACER.start_as_current_span("request"):
         carrier = json.loads(tracing.with_trace_context("{}"))
     assert tracing._parent(carrier) is not None
+
+
+def test_spans_are_made_only_once_a_provider_is_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    provider: Any = ProxyTracerProvider()
+    monkeypatch.setattr("opentelemetry.trace.get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(tracing, "_checked_at", float("-inf"))
+    assert not tracing.active()
+    provider = TracerProvider()
+    assert not tracing.active()  # asked again within the second: the last answer
+    monkeypatch.setattr(tracing, "_checked_at", float("-inf"))
+    assert tracing.active()
+    provider = NoOpTracerProvider()
+    monkeypatch.setattr(tracing, "_checked_at", float("-inf"))
+    assert not tracing.active()
 
 
 def test_without_opentelemetry_nothing_is_imported_or_added() -> None:
