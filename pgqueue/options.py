@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from pgqueue import limits
 from pgqueue.bounds import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_INTEGER,
@@ -33,6 +34,7 @@ TASK_OPTIONS = frozenset(
 )
 ENQUEUE_OPTIONS = TASK_OPTIONS - {"retry_intervals"} | {
     "run_in", "run_at", "idempotency_key", "meta", "conn",
+    "concurrency_key", "rate_limit_key", "cost",
 }
 _SMALLINT = (-32768, 32767)
 
@@ -50,6 +52,9 @@ class JobOptions:
     run_at: datetime | None = None
     idempotency_key: str | None = None
     meta: str = "{}"
+    concurrency_key: str | None = None  # limits.py: key_concurrency, fair queues
+    rate_limit_key: str | None = None  # limits.py: the job's rate limit per key
+    cost: float | None = None  # limits.py: units a cost limit charges at claim (None: 1)
 
     def with_options(self, options: Mapping[str, Any], allowed: frozenset[str]) -> JobOptions:
         """A copy with ``options`` applied; unknown names and bad values raise."""
@@ -82,6 +87,9 @@ class JobOptions:
             "meta": meta,
             "timeout": self.timeout,
             "result_ttl": self.result_ttl,
+            "concurrency_key": self.concurrency_key,
+            "rate_limit_key": self.rate_limit_key,
+            "cost": self.cost,
         }
 
 
@@ -231,6 +239,9 @@ _VALIDATORS: dict[str, Any] = {
     "run_at": _run_at,
     "idempotency_key": _idempotency_key,
     "meta": _meta,
+    "concurrency_key": lambda value: limits.limit_key(value, what="concurrency_key"),
+    "rate_limit_key": lambda value: limits.limit_key(value, what="rate_limit_key"),
+    "cost": lambda value: limits.cost(value),
 }
 
 __all__ = [

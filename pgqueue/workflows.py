@@ -204,6 +204,8 @@ class Workflow:
                 "idempotency_key": options.idempotency_key,
                 "meta": _traced(loads(options.meta), carrier),
                 "timeout": options.timeout, "result_ttl": options.result_ttl,
+                "concurrency_key": options.concurrency_key,
+                "rate_limit_key": options.rate_limit_key, "cost": options.cost,
                 "waits_for": len(node.after),
             })
         edges = [

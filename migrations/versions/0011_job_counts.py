@@ -1,7 +1,7 @@
 """Per-minute outcome counts: pgqueue.job_counts, which survives the pruning of jobs.
 
 Revision ID: 0011_job_counts
-Revises: 0009_job_steps
+Revises: 0010_limits
 Create Date: 2026-12-04
 
 Throughput ("how many jobs succeeded, failed, died per minute over the last hour") cannot
@@ -24,7 +24,7 @@ from __future__ import annotations
 from pgqueue.migrations._ddl import execute_all
 
 revision = "0011_job_counts"
-down_revision = "0009_job_steps"
+down_revision = "0010_limits"
 branch_labels = None
 depends_on = None
 

@@ -14,13 +14,13 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pgqueue import tracing
 from pgqueue.context import JobContext, TransactionSource
 from pgqueue.db.queries import ClaimedJob, Queries
-from pgqueue.errors import Discard, LeaseLost, Retry, Snooze
+from pgqueue.errors import Discard, LeaseLost, RateLimited, Retry, Snooze
 from pgqueue.job import Job
 from pgqueue.serialization import encode_result, storable_text
 from pgqueue.task import Task
@@ -103,6 +103,13 @@ class Executor:
 
     async def run(self, execution: Execution) -> Outcome | None:
         """Run one attempt; None means "nothing to record" (the lease was lost)."""
+        outcome = await self._run(execution)
+        charged = execution.ctx.charged
+        if outcome is not None and charged is not None and outcome.final:
+            return replace(outcome, charged=charged)
+        return outcome
+
+    async def _run(self, execution: Execution) -> Outcome | None:
         job = execution.job
         task = self.tasks.get(job.task)
         if task is None:
@@ -248,6 +255,11 @@ class Executor:
             logger.info("Job %s (%s) snoozed for %g s; the attempt is given back.", job.id,
                         job.task, exc.seconds, extra=_outcome_fields(execution, "snoozed"))
             return Outcome.of(job, "snooze", delay=exc.seconds)
+        if isinstance(exc, RateLimited):
+            logger.info("Job %s (%s) was rate limited: %s.", job.id, job.task, exc,
+                        extra=_extra(job))
+            return replace(Outcome.of(job, "snooze", delay=exc.retry_after),
+                           pause=exc.retry_after, pause_key=exc.key)
         if isinstance(exc, Discard):
             return self._dead(execution, f"discarded: {exc.reason}")
         if isinstance(exc, Retry):

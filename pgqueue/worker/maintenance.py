@@ -14,6 +14,7 @@ fighting over them.
 * Lost results (with the pruner): a workflow step marked succeeded by
   ``ctx.transaction()`` whose worker died before recording its value gets null, so the
   steps after it run (``queries.settle_lost_results``).
+* Limit state (with the pruner): rate buckets and pauses whose times have passed.
 * Priority aging (with the rescuer): queues with ``priority_aging`` whose step has
   passed get the priority of their waiting jobs raised (``queries.age_priorities``).
 
@@ -120,6 +121,9 @@ class Maintenance(Service):
             logger.warning("%d workflow step(s) lost their return value (their worker stopped "
                            "just after ctx.transaction() committed): the steps after them "
                            "receive null.", settled.rowcount)
+        # Rate buckets and pauses whose times have passed (limits.py): the table holds the
+        # scopes in use, not one row per key ever seen.
+        await conn.execute(self._queries.prune_limit_state)
         stale = await self._queries.delete_stale_workers.all(
             conn, {"grace": self.stale_worker_grace})
         for worker in stale:

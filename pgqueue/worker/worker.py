@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 from pgqueue import tracing
 from pgqueue.db.migrate import check_schema_async
 from pgqueue.db.names import notify_channel
+from pgqueue.db.plans import run_async
 from pgqueue.errors import ConfigurationError, DatabaseUnavailable, first_line
+from pgqueue.limits import declare_task_limits
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.completer import Completer
@@ -379,6 +381,9 @@ class Worker:
             conn = await self.connections.connect()
             try:
                 await check_schema_async(conn, self.queue.schema)
+                # The limits of this worker's tasks, for every worker's claims to see.
+                await run_async(conn, declare_task_limits(self.queue.queries, {
+                    name: task.limits for name, task in self.queue.tasks.items()}))
             finally:
                 await conn.close()
             await self.heartbeat.beat()

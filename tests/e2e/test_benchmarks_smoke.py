@@ -69,6 +69,11 @@ CASES = {
          "chord_overhead_ms_per_member", "fan_in_ms", "chain_per_step_ms", "complete",
          "machine"},
     ),
+    "limits": (
+        ["--jobs", "100", "--keys", "5", "--ready", "200", "--claims", "5", "--soak", "0.05",
+         "--rate", "20", "--kill-every", "1"],
+        {"overhead", "soak", "complete", "machine"},
+    ),
     "soak": (
         ["--minutes", "0.2", "--rate", "200"],
         {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
