@@ -257,7 +257,7 @@ class Executor:
             return Outcome.of(job, "snooze", delay=exc.seconds)
         if isinstance(exc, RateLimited):
             logger.info("Job %s (%s) was rate limited: %s.", job.id, job.task, exc,
-                        extra=_extra(job))
+                        extra=_outcome_fields(execution, "snoozed"))
             return replace(Outcome.of(job, "snooze", delay=exc.retry_after),
                            pause=exc.retry_after, pause_key=exc.key)
         if isinstance(exc, Discard):
