@@ -26,6 +26,8 @@ from pgqueue.bounds import (
 from pgqueue.errors import ConfigurationError
 from pgqueue.serialization import dumps
 from pgqueue.settings import parse_duration
+from pgqueue.tracing import ENABLED as TRACING
+from pgqueue.tracing import with_trace_context
 
 TASK_OPTIONS = frozenset(
     {"queue", "priority", "max_attempts", "timeout", "retry_intervals", "result_ttl"}
@@ -72,7 +74,9 @@ class JobOptions:
         return replace(self, **changes)
 
     def as_params(self) -> dict[str, Any]:
-        """Bind parameters shared by insert_job and insert_jobs."""
+        """Bind parameters shared by insert_job and insert_jobs (``meta`` with the current
+        span's trace context, when OpenTelemetry is installed: ``pgqueue/tracing.py``)."""
+        meta = with_trace_context(self.meta) if TRACING else self.meta
         return {
             "queue": self.queue,
             "priority": self.priority,
@@ -80,7 +84,7 @@ class JobOptions:
             "run_in": self.run_in,
             "max_attempts": self.max_attempts,
             "idempotency_key": self.idempotency_key,
-            "meta": self.meta,
+            "meta": meta,
             "timeout": self.timeout,
             "result_ttl": self.result_ttl,
             "concurrency_key": self.concurrency_key,

@@ -44,7 +44,14 @@ from pgqueue.settings import (
     resolve_schema,
     split_pool_mode,
 )
-from pgqueue.stats import QueueStats, WorkerInfo, list_workers, queue_stats
+from pgqueue.stats import (
+    QueueStats,
+    ThroughputPoint,
+    WorkerInfo,
+    list_workers,
+    queue_stats,
+    throughput,
+)
 from pgqueue.task import Task, TaskDecorator
 from pgqueue.workflows import WorkflowHandle
 
@@ -570,6 +577,13 @@ class Queue:
     def workers(self) -> list[WorkerInfo]:
         """Worker processes (alive, or expired and about to be removed), oldest first."""
         return self.run_plan(list_workers(self.queries, now=datetime.now(UTC)))
+
+    def throughput(self, *, minutes: int = 60, queue: str | None = None,
+                   task: str | None = None) -> list[ThroughputPoint]:
+        """Job outcomes per minute, queue and outcome over the last ``minutes`` minutes
+        (from ``job_counts``, which outlives the pruning of finished jobs)."""
+        return self.run_plan(throughput(self.queries, minutes=minutes, queue=queue,
+                                        task=task))
 
     # -- schema ---------------------------------------------------------------------------
 
