@@ -19,12 +19,14 @@ from . import (
     dead,
     demo,
     enqueue,
+    health,
     jobs,
     migrate,
     monitoring,
     periodic,
     queues,
     roles,
+    top,
     worker,
     workflows,
 )
@@ -109,6 +111,8 @@ app.add_typer(queues.app, name="queues")
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
+health.register(app)
+top.register(app)
 roles.register(app)
 demo.register(app)
 

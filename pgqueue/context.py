@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from pgqueue.errors import LeaseLost
+from pgqueue.limits import charge_units
 from pgqueue.serialization import dumps
 from pgqueue.steps import JobSteps
 
@@ -80,6 +81,9 @@ class JobContext:
         self.asynchronous = asynchronous
         # Made at the first ctx.step(): most jobs never take one.
         self._job_steps: JobSteps | None = None
+        # Units reported by ctx.charge() (None: nothing reported), written with the
+        # attempt's outcome (see queries.apply_limit_outcomes).
+        self.charged: float | None = None
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job.id} task={self.job.task} attempt={self.attempt}>"
@@ -133,6 +137,16 @@ class JobContext:
         if self.asynchronous:
             return steps.run_async(name, fn, args, kwargs)
         return steps.run(name, fn, args, kwargs)
+
+    def charge(self, units: float) -> None:
+        """Report what this attempt actually used of its cost-based rate limit (say, the
+        LLM tokens a response took). The job's claim charged its estimate (``cost``,
+        given at enqueue; 1 without one); when the attempt ends, its bucket is corrected
+        by the difference, so later claims wait exactly as long as the real use requires.
+        Calls add up. Units: a finite number from 0 to 1e9 (anything else raises
+        ConfigurationError). A job under no cost limit ignores the charge.
+        """
+        self.charged = (self.charged or 0.0) + charge_units(units)
 
     def _fence_params(self) -> dict[str, Any]:
         return {"id": self.job.id, "token": self.lease_token}

@@ -8,6 +8,11 @@ with the job, so they sit outside the tree.
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
 from pgqueue.bounds import check_delay
 
 __all__ = [
@@ -142,6 +147,45 @@ class Snooze(Exception):
     def __init__(self, seconds: float) -> None:
         self.seconds = check_delay(seconds, "Snooze seconds")
         super().__init__(f"snoozed for {self.seconds:g}s")
+
+
+class RateLimited(Exception):
+    """Raise inside a task when a rate-limited service says "too many requests" (HTTP 429):
+    the job goes back to the queue without using an attempt, and no worker starts a job of
+    the same scope for ``retry_after`` seconds; then they resume on their own.
+
+    The scope is ``key`` if given (jobs whose ``concurrency_key`` or ``rate_limit_key``
+    is that key), else the job's rate bucket (its rate limit, per ``rate_limit_key``),
+    else its task. ``retry_after`` is checked as :class:`Snooze` checks its seconds
+    (0 to 100 years, finite). :meth:`from_headers` reads an HTTP ``Retry-After``.
+    """
+
+    __module__ = "pgqueue"
+
+    def __init__(self, retry_after: float, *, key: str | None = None) -> None:
+        from pgqueue.limits import limit_key
+
+        self.retry_after = check_delay(retry_after, "RateLimited retry_after")
+        self.key = limit_key(key, what="RateLimited key")
+        scope = f"key {key!r}" if key is not None else "its rate limit or task"
+        super().__init__(f"rate limited: {scope} paused for {self.retry_after:g}s")
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str], *, key: str | None = None,
+                     default: float = 1.0) -> RateLimited:
+        """From a response's headers: ``Retry-After`` in seconds or as an HTTP date (its
+        time left), ``default`` seconds when it is missing or unreadable."""
+        value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+        seconds = default
+        if value is not None:
+            text = value.strip()
+            if text.isdigit():
+                seconds = float(text)
+            else:
+                with contextlib.suppress(TypeError, ValueError, IndexError):
+                    when = email.utils.parsedate_to_datetime(text)
+                    seconds = max(0.0, (when - datetime.now(UTC)).total_seconds())
+        return cls(seconds, key=key)
 
 
 class Discard(Exception):

@@ -8,6 +8,7 @@ columns of ``pgqueue.jobs`` (or ``pgqueue.dead_jobs`` once it died) as of the la
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -52,6 +53,9 @@ class Job:
     expires_at: datetime | None = None
     workflow_id: int | None = None
     waits_for: int | None = None
+    concurrency_key: str | None = None
+    rate_limit_key: str | None = None
+    cost: float | None = None
     error: str | None = None
     failed_at: datetime | None = None
     # Succeeded, but the return value is still to come (see queries._RESULT_PENDING):
@@ -65,6 +69,12 @@ class Job:
         values = {f.name: row[f.name] for f in fields(cls) if f.name in row and f.init}
         if "api_status" in row:
             values["status"] = row["api_status"]
+        # Read through a connection that loads jsonb as text (Django's does, for its
+        # JSONField): these columns always hold an array or an object, so text is
+        # unambiguous. (``result`` is not: a JSON string looks the same either way.)
+        for name in ("args", "kwargs", "meta"):
+            if isinstance(values.get(name), str):
+                values[name] = json.loads(values[name])
         return cls(**values, _queue=queue)
 
     def to_dict(self) -> dict[str, Any]:

@@ -110,6 +110,13 @@ def _shared_columns(params: dict[str, Any], start: Row) -> tuple[tuple[str, ...]
     if start["run_at"] != start["created_at"]:
         columns.append("run_at")
         fields.append(copy_field(start["run_at"].isoformat()))
+    for name in ("concurrency_key", "rate_limit_key"):
+        if params[name] is not None:
+            columns.append(name)
+            fields.append(copy_field(params[name]))
+    if params["cost"] is not None:
+        columns.append("cost")
+        fields.append(repr(float(params["cost"])).encode())
     return tuple(columns), fields
 
 

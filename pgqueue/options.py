@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from pgqueue import limits
 from pgqueue.bounds import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_INTEGER,
@@ -25,12 +26,15 @@ from pgqueue.bounds import (
 from pgqueue.errors import ConfigurationError
 from pgqueue.serialization import dumps
 from pgqueue.settings import parse_duration
+from pgqueue.tracing import ENABLED as TRACING
+from pgqueue.tracing import with_trace_context
 
 TASK_OPTIONS = frozenset(
     {"queue", "priority", "max_attempts", "timeout", "retry_intervals", "result_ttl"}
 )
 ENQUEUE_OPTIONS = TASK_OPTIONS - {"retry_intervals"} | {
     "run_in", "run_at", "idempotency_key", "meta", "conn",
+    "concurrency_key", "rate_limit_key", "cost",
 }
 _SMALLINT = (-32768, 32767)
 
@@ -48,6 +52,9 @@ class JobOptions:
     run_at: datetime | None = None
     idempotency_key: str | None = None
     meta: str = "{}"
+    concurrency_key: str | None = None  # limits.py: key_concurrency, fair queues
+    rate_limit_key: str | None = None  # limits.py: the job's rate limit per key
+    cost: float | None = None  # limits.py: units a cost limit charges at claim (None: 1)
 
     def with_options(self, options: Mapping[str, Any], allowed: frozenset[str]) -> JobOptions:
         """A copy with ``options`` applied; unknown names and bad values raise."""
@@ -67,7 +74,9 @@ class JobOptions:
         return replace(self, **changes)
 
     def as_params(self) -> dict[str, Any]:
-        """Bind parameters shared by insert_job and insert_jobs."""
+        """Bind parameters shared by insert_job and insert_jobs (``meta`` with the current
+        span's trace context, when OpenTelemetry is installed: ``pgqueue/tracing.py``)."""
+        meta = with_trace_context(self.meta) if TRACING else self.meta
         return {
             "queue": self.queue,
             "priority": self.priority,
@@ -75,9 +84,12 @@ class JobOptions:
             "run_in": self.run_in,
             "max_attempts": self.max_attempts,
             "idempotency_key": self.idempotency_key,
-            "meta": self.meta,
+            "meta": meta,
             "timeout": self.timeout,
             "result_ttl": self.result_ttl,
+            "concurrency_key": self.concurrency_key,
+            "rate_limit_key": self.rate_limit_key,
+            "cost": self.cost,
         }
 
 
@@ -227,6 +239,9 @@ _VALIDATORS: dict[str, Any] = {
     "run_at": _run_at,
     "idempotency_key": _idempotency_key,
     "meta": _meta,
+    "concurrency_key": lambda value: limits.limit_key(value, what="concurrency_key"),
+    "rate_limit_key": lambda value: limits.limit_key(value, what="rate_limit_key"),
+    "cost": lambda value: limits.cost(value),
 }
 
 __all__ = [

@@ -10,12 +10,12 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgqueue import dead_jobs, queues, schedules, workflows
+from pgqueue import dead_jobs, limits, queues, schedules, workflows
 from pgqueue.cron import parse_cron
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
@@ -31,6 +31,7 @@ from pgqueue.errors import (
     TaskNotFound,
 )
 from pgqueue.job import API_STATUSES, Job
+from pgqueue.limits import TaskLimits
 from pgqueue.operations import cancel_job, get_job, list_jobs, purge_queue
 from pgqueue.options import TASK_OPTIONS, JobOptions, queue_name, retry_intervals, task_name
 from pgqueue.queues import QUEUE_FULL, QueueInfo
@@ -43,14 +44,25 @@ from pgqueue.settings import (
     resolve_schema,
     split_pool_mode,
 )
-from pgqueue.stats import QueueStats, WorkerInfo, list_workers, queue_stats
-from pgqueue.task import Task
+from pgqueue.stats import (
+    QueueStats,
+    ThroughputPoint,
+    WorkerInfo,
+    list_workers,
+    queue_stats,
+    throughput,
+)
+from pgqueue.task import Task, TaskDecorator
 from pgqueue.workflows import WorkflowHandle
 
 if TYPE_CHECKING:
+    from pgqueue.context import JobContext
     from pgqueue.worker.settings import WorkerSettings
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+# @q.periodic returns the task it decorates, with its type.
+AnyTask = TypeVar("AnyTask", bound=Task[Any, Any])
 
 # What PostgreSQL raises when a statement names a table, column or function that the
 # schema lacks: a schema that was never migrated, or is older than this code.
@@ -132,25 +144,57 @@ class Queue:
 
     # -- tasks ------------------------------------------------------------------------
 
+    # Bare @q.task: the overloads of TaskDecorator.__call__ (pgqueue/task.py says why
+    # each), repeated because a method's overloads must be spelled out.
     @overload
-    def task(self, func: F, /) -> Task[Any, Any]: ...
+    def task(self, func: Callable[Concatenate[object, P], R], /) -> Task[..., R]: ...
 
+    @overload
+    def task(self, func: Callable[Concatenate[JobContext, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(self, func: Callable[Concatenate[Any, JobContext, P], R], /) -> Task[..., R]: ...
+
+    @overload
+    def task(
+        self, func: Callable[Concatenate[Any, Any, JobContext, P], R], /
+    ) -> Task[..., R]: ...
+
+    @overload
+    def task(
+        self, func: Callable[Concatenate[Any, Any, Any, JobContext, P], R], /
+    ) -> Task[..., R]: ...
+
+    @overload
+    def task(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+    # @q.task(...) with options.
     @overload
     def task(
         self, func: None = None, /, *, name: str | None = None, **options: Any
-    ) -> Callable[[F], Task[Any, Any]]: ...
+    ) -> TaskDecorator: ...
 
     def task(
-        self, func: F | None = None, /, *, name: str | None = None, **options: Any
-    ) -> Task[Any, Any] | Callable[[F], Task[Any, Any]]:
+        self, func: Callable[..., Any] | None = None, /, *, name: str | None = None,
+        **options: Any,
+    ) -> Task[Any, Any] | TaskDecorator:
         """Register a function as a task; bare ``@q.task`` or ``@q.task(queue=..., ...)``.
 
-        Options: queue, priority, max_attempts, timeout, retry_intervals, result_ttl.
+        Options: queue, priority, max_attempts, timeout, retry_intervals, result_ttl; and
+        limits across every worker (docs/guides/limits.md): ``global_concurrency`` (running
+        jobs of the task), ``key_concurrency`` (running jobs per ``concurrency_key``),
+        ``rate_limit`` (``"10/s"``, ``"90000 tokens/m"``).
         """
+        task_limits = TaskLimits(
+            limits.concurrency(options.pop("global_concurrency", None),
+                               what="global_concurrency"),
+            limits.concurrency(options.pop("key_concurrency", None), what="key_concurrency"),
+            limits.rate_limit(options.pop("rate_limit", None)),
+        )
         defaults = JobOptions().with_options(options, TASK_OPTIONS)
         intervals = retry_intervals(options.get("retry_intervals"))
 
-        def register(target: F) -> Task[Any, Any]:
+        def register(target: Callable[..., Any]) -> Task[Any, Any]:
             registered = task_name(name or f"{target.__module__}.{target.__qualname__}")
             if registered in self.tasks and self.tasks[registered].func is not target:
                 raise ConfigurationError(
@@ -158,16 +202,17 @@ class Queue:
                     "them apart"
                 )
             task: Task[Any, Any] = Task(
-                self, target, name=registered, options=defaults, retry_intervals=intervals
+                self, target, name=registered, options=defaults, retry_intervals=intervals,
+                limits=task_limits,
             )
             self.tasks[registered] = task
             return task
 
-        return register(func) if func is not None else register
+        return register(func) if func is not None else cast(TaskDecorator, register)
 
     def periodic(
         self, cron: str, *, tz: str | None = None, name: str | None = None, **options: Any
-    ) -> Callable[[Task[Any, Any]], Task[Any, Any]]:
+    ) -> Callable[[AnyTask], AnyTask]:
         """Enqueue the task below at every tick of ``cron``: ``@q.periodic("*/5 * * * *")``
         placed above ``@q.task``.
 
@@ -184,7 +229,7 @@ class Queue:
         if name is not None:
             schedule_name(name)
 
-        def register(task: Task[Any, Any]) -> Task[Any, Any]:
+        def register(task: AnyTask) -> AnyTask:
             if not isinstance(task, Task):
                 raise ConfigurationError(
                     f"@q.periodic({cron!r}) decorates a task: place it above @q.task, "
@@ -472,6 +517,10 @@ class Queue:
         *,
         max_queued: int | queues.Unset | None = queues.UNSET,
         priority_aging: float | str | timedelta | queues.Unset | None = queues.UNSET,
+        concurrency: int | queues.Unset | None = queues.UNSET,
+        key_concurrency: int | queues.Unset | None = queues.UNSET,
+        rate_limit: str | queues.Unset | None = queues.UNSET,
+        fair: bool | queues.Unset = queues.UNSET,
     ) -> QueueInfo:
         """Change ``queue``'s settings and return its state; a setting not given keeps its
         value, None clears it.
@@ -480,6 +529,11 @@ class Queue:
         enqueue beyond it raises :class:`QueueFull`. ``priority_aging``: seconds (or
         ``"5m"``) per priority step; a ready job gains one priority for each step it has
         waited, so low priorities cannot starve.
+
+        Limits across every worker (docs/guides/limits.md), from each worker's next claim:
+        ``concurrency`` (running jobs of the queue), ``key_concurrency`` (running jobs per
+        ``concurrency_key``), ``rate_limit`` (``"100/m"``, ``"90000 tokens/m"``: starts,
+        or units of ``cost``, spread evenly), ``fair`` (claims take keys in turn).
         """
         name = queue_name(queue)
         # Checked before anything is written: one bad setting changes nothing.
@@ -488,9 +542,28 @@ class Queue:
             changes["max_queued"] = queues.max_queued(max_queued)
         if priority_aging is not queues.UNSET:
             changes["priority_aging"] = queues.priority_aging(priority_aging)
+        if concurrency is not queues.UNSET:
+            changes["concurrency"] = limits.concurrency(concurrency, what="concurrency")
+        if key_concurrency is not queues.UNSET:
+            changes["key_concurrency"] = limits.concurrency(key_concurrency,
+                                                            what="key_concurrency")
+        if rate_limit is not queues.UNSET:
+            rate = limits.rate_limit(rate_limit)
+            changes.update(rate.as_params() if rate else dict.fromkeys(
+                ("rate_limit", "rate_amount", "rate_window", "rate_unit")))
+        if fair is not queues.UNSET:
+            if not isinstance(fair, bool):
+                raise ConfigurationError(f"invalid fair {fair!r}: True or False")
+            changes["fair"] = fair
         if not changes:
             return self.run_plan(queues.queue_info(self.queries, name))
         return self.run_plan(queues.set_settings(self.queries, name, changes))
+
+    def limits(self) -> tuple[dict[str, TaskLimits], list[limits.Pause]]:
+        """Every task's limits (as the workers declared them) and the scopes paused now
+        by ``RateLimited`` (``task:T``, ``queue:Q``, ``key:K``); queue limits are in
+        :meth:`queues`."""
+        return self.run_plan(limits.list_task_limits(self.queries))
 
     def queues(self) -> list[QueueInfo]:
         """Every queue that has jobs or settings, by name: state, settings, counts."""
@@ -504,6 +577,13 @@ class Queue:
     def workers(self) -> list[WorkerInfo]:
         """Worker processes (alive, or expired and about to be removed), oldest first."""
         return self.run_plan(list_workers(self.queries, now=datetime.now(UTC)))
+
+    def throughput(self, *, minutes: int = 60, queue: str | None = None,
+                   task: str | None = None) -> list[ThroughputPoint]:
+        """Job outcomes per minute, queue and outcome over the last ``minutes`` minutes
+        (from ``job_counts``, which outlives the pruning of finished jobs)."""
+        return self.run_plan(throughput(self.queries, minutes=minutes, queue=queue,
+                                        task=task))
 
     # -- schema ---------------------------------------------------------------------------
 

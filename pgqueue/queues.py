@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-from pgqueue.bounds import MAX_INTEGER, short_repr
+from pgqueue.bounds import short_repr
+from pgqueue.db.names import notify_channel
 from pgqueue.db.plans import Plan, Statement
 from pgqueue.db.queries import Queries
-from pgqueue.errors import ConfigurationError, a_type
+from pgqueue.errors import ConfigurationError
+from pgqueue.limits import whole_number_or_none
 from pgqueue.settings import parse_duration
 
 __all__ = ["QUEUE_FULL", "UNSET", "QueueInfo", "Unset", "list_queues", "max_queued",
@@ -38,6 +40,11 @@ MAX_AGING_STEP: Final = 365 * 86400
 # The SQLSTATE the insert trigger raises for an enqueue beyond a queue's max_queued.
 QUEUE_FULL = "PQ001"
 
+# The columns of set_queue_settings, and those that are limits (pgqueue/limits.py).
+SETTING_COLUMNS = ("max_queued", "priority_aging", "concurrency", "key_concurrency",
+                   "rate_limit", "rate_amount", "rate_window", "rate_unit", "fair")
+LIMIT_COLUMNS = frozenset(SETTING_COLUMNS[2:])
+
 # The counts of QueueInfo.counts, in the order tables show them.
 COUNTS = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded", "cancelled",
           "dead")
@@ -53,11 +60,18 @@ class QueueInfo:
     counts: dict[str, int]  # every key of COUNTS
     oldest_queued_age_seconds: float | None  # None: no job of this queue is ready
     priority_aging: float | None = None  # seconds per priority step; None: no aging
+    # Limits across the cluster (pgqueue/limits.py); None: no limit.
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    rate_limit: str | None = None
+    fair: bool = False
 
     @property
     def settings(self) -> dict[str, Any]:
         """The queue's settings, as ``Queue.set_queue`` takes them."""
-        return {"max_queued": self.max_queued, "priority_aging": self.priority_aging}
+        return {"max_queued": self.max_queued, "priority_aging": self.priority_aging,
+                "concurrency": self.concurrency, "key_concurrency": self.key_concurrency,
+                "rate_limit": self.rate_limit, "fair": self.fair}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data: an object of ``pgq queues list --json``."""
@@ -73,7 +87,9 @@ def list_queues(queries: Queries, name: str | None = None) -> Plan[list[QueueInf
         QueueInfo(name=row["name"], paused=row["paused"], max_queued=row["max_queued"],
                   counts={key: int(row[key]) for key in COUNTS},
                   oldest_queued_age_seconds=row["oldest_queued_age_seconds"],
-                  priority_aging=row["priority_aging"])
+                  priority_aging=row["priority_aging"], concurrency=row["concurrency"],
+                  key_concurrency=row["key_concurrency"], rate_limit=row["rate_limit"],
+                  fair=row["fair"])
         for row in rows
     ]
 
@@ -87,9 +103,14 @@ def pause_queue(queries: Queries, name: str, *, paused: bool) -> Plan[QueueInfo]
 def set_settings(queries: Queries, name: str, changes: dict[str, Any]) -> Plan[QueueInfo]:
     """Give ``name`` the settings in ``changes`` (None clears one; the others keep their
     value), in one statement; its state afterwards."""
-    params = {"name": name, "max_queued": None, "priority_aging": None} | changes
+    params = dict.fromkeys(SETTING_COLUMNS) | {"name": name} | changes
     yield Statement(queries.set_queue_settings, params | {"given": list(changes)},
                     fetch="rowcount")
+    if LIMIT_COLUMNS & set(changes):
+        # Idle workers look at their limits again at once (see Producer.wake).
+        yield Statement(queries.notify_ready,
+                        {"channel": notify_channel(queries.schema), "queues": name},
+                        fetch="rowcount")
     return (yield from queue_info(queries, name))
 
 
@@ -117,10 +138,4 @@ def priority_aging(value: Any) -> float | None:
 
 def max_queued(value: Any) -> int | None:
     """A valid ``max_queued``: a whole number of jobs from 1, or None (unbounded)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INTEGER:
-        raise ConfigurationError(
-            f"invalid max_queued {value!r} ({a_type(value)}): a whole number of jobs from 1 "
-            f"to {MAX_INTEGER}, or None for no bound")
-    return value
+    return whole_number_or_none(value, what="max_queued", unit="jobs", none="no bound")

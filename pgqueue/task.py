@@ -4,21 +4,39 @@
 (handy in tests); ``enqueue`` and friends insert jobs. ``using(...)`` returns a
 :class:`TaskCall` carrying per-enqueue options, including ``conn=`` to insert inside the
 caller's own transaction.
+
+Typing: ``Task[P, R]`` carries the parameters ``P`` a job is enqueued with and the
+function's return type ``R``, so mypy and pyright check ``enqueue``, ``enqueue_async``
+and ``using(...).enqueue...`` calls against the function. ``P`` leaves out a leading
+``ctx: JobContext`` parameter (the worker passes it, not the caller); how ``@q.task``
+works that out is in :class:`TaskDecorator`.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from pgqueue.arguments import EncodedBatch, Signature
 from pgqueue.errors import ConfigurationError, a_type
 from pgqueue.job import Job
+from pgqueue.limits import TaskLimits
 from pgqueue.operations import insert_job, insert_jobs
 from pgqueue.options import ENQUEUE_OPTIONS, JobOptions
 
 if TYPE_CHECKING:
+    from pgqueue.context import JobContext
     from pgqueue.queue import Queue
     from pgqueue.workflows import TaskSignature
 
@@ -32,13 +50,16 @@ class Task(Generic[P, R]):
     def __init__(
         self,
         queue: Queue,
-        func: Callable[P, R],
+        func: Callable[..., R],
         *,
         name: str,
         options: JobOptions,
         retry_intervals: tuple[float, ...] | None,
+        limits: TaskLimits | None = None,
     ) -> None:
         self.queue = queue
+        # Cluster-wide limits (pgqueue/limits.py): declared by workers in task_limits.
+        self.limits = limits or TaskLimits()
         self.func = func
         self.name = name
         self.options = options
@@ -51,26 +72,33 @@ class Task(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.options.queue!r}>"
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run the function directly, in this process, without a job."""
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
+        """Run the function directly, in this process, without a job.
+
+        The arguments are the function's own, ``ctx`` included when it takes one: that
+        is why they are not typed ``P`` (which leaves ``ctx`` out)."""
         return self.func(*args, **kwargs)
 
-    def using(self, **options: Any) -> TaskCall:
+    def using(self, **options: Any) -> TaskCall[P, R]:
         """Options for the next enqueue: priority, run_in, run_at, idempotency_key, queue,
         meta, max_attempts, timeout, result_ttl, conn."""
         return TaskCall(self, self.options.with_options(options, ENQUEUE_OPTIONS),
                         options.get("conn"))
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job with the task's default options; returns its Job."""
         return TaskCall(self, self.options, None).enqueue(*args, **kwargs)
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """A signature: this task with these arguments, a step of a chain, group, chord
-        or Workflow (see ``pgqueue.workflows``)."""
+        or Workflow (see ``pgqueue.workflows``).
+
+        Not typed ``P``: a step may leave its first arguments to its predecessors'
+        results (``chain(add.s(1, 2), add.s(10))``), which is known only when the
+        workflow is built; the arguments are checked then, at run time."""
         return TaskCall(self, self.options, None).s(*args, **kwargs)
 
-    async def enqueue_async(self, *args: Any, **kwargs: Any) -> Job:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Async :meth:`enqueue`."""
         return await TaskCall(self, self.options, None).enqueue_async(*args, **kwargs)
 
@@ -85,10 +113,52 @@ class Task(Generic[P, R]):
         return await TaskCall(self, self.options, None).enqueue_many_async(items)
 
 
-class TaskCall:
+class TaskDecorator(Protocol):
+    """The type of ``@q.task`` (bare, or ``@q.task(...)`` with options): what ``Task[P, R]``
+    a function becomes.
+
+    The worker passes a parameter annotated ``JobContext`` itself, so ``P`` (what
+    ``enqueue`` takes) must leave it out. PEP 612 can drop *leading* parameters only
+    (``Concatenate``), so the overloads below, first match wins, are:
+
+    1. a first parameter that takes any object (``object``, ``Any``, unannotated): it
+       may or may not be a context, so the arguments are not checked (``Task[..., R]``);
+    2. ``ctx: JobContext`` first: ``P`` is every other parameter, checked;
+    3. ``JobContext`` second to fourth: not checked (dropping it would turn the
+       parameters before it into positional-only ones, and reject keyword calls);
+    4. no context parameter: ``P`` is every parameter, checked.
+
+    Arguments the type checker lets through are still checked at run time by
+    :class:`pgqueue.arguments.Signature`, as before.
+    """
+
+    @overload
+    def __call__(self, func: Callable[Concatenate[object, P], R], /) -> Task[..., R]: ...
+
+    @overload
+    def __call__(self, func: Callable[Concatenate[JobContext, P], R], /) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, func: Callable[Concatenate[Any, JobContext, P], R], /) -> Task[..., R]: ...
+
+    @overload
+    def __call__(
+        self, func: Callable[Concatenate[Any, Any, JobContext, P], R], /
+    ) -> Task[..., R]: ...
+
+    @overload
+    def __call__(
+        self, func: Callable[Concatenate[Any, Any, Any, JobContext, P], R], /
+    ) -> Task[..., R]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class TaskCall(Generic[P, R]):
     """A task plus the options of one enqueue call (see :meth:`Task.using`)."""
 
-    def __init__(self, task: Task[Any, Any], options: JobOptions, conn: object | None) -> None:
+    def __init__(self, task: Task[P, R], options: JobOptions, conn: object | None) -> None:
         self.task = task
         self.options = options
         self.conn = conn
@@ -151,13 +221,13 @@ class TaskCall:
             )
         return TaskSignature(self.task, args, kwargs, self.options)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> Job:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Insert one job; inside ``conn``'s transaction when given."""
         plan = insert_job(self.task.queue.queries, self._one_params(args, kwargs))
         row = self.task.queue.run_plan(plan, conn=self.conn)
         return Job.from_row(row, self.task.queue)
 
-    async def enqueue_async(self, *args: Any, **kwargs: Any) -> Job:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Async :meth:`enqueue`."""
         plan = insert_job(self.task.queue.queries, self._one_params(args, kwargs))
         row = await self.task.queue.run_plan_async(plan, conn=self.conn)
@@ -193,7 +263,7 @@ class EnqueuedJobs(Sequence[Job]):
     without building any Job.
     """
 
-    def __init__(self, call: TaskCall, row: dict[str, Any], batch: EncodedBatch) -> None:
+    def __init__(self, call: TaskCall[Any, Any], row: dict[str, Any], batch: EncodedBatch) -> None:
         self.ids: list[int] = row["ids"]
         self._call = call
         self._row = row

@@ -64,6 +64,17 @@ class ClaimedJob:
     created_at: datetime
     token: int  # this claim's lease_token: the fence of every outcome it records
     workflow_id: int | None = None  # the workflow the job is a step of, if any
+    limited: bool = False  # claimed under a limit (claim_limited_jobs): its end wakes workers
+
+
+class LockedLimits(NamedTuple):
+    """The row of ``lock_limits``: the limited queues and tasks whose rows this claim now
+    holds, and those another claim holds (their jobs are left alone this time)."""
+
+    queues: list[str]
+    tasks: list[str]
+    skipped_queues: list[str]
+    skipped_tasks: list[str]
 
 
 class NextRunAt(NamedTuple):
@@ -155,14 +166,15 @@ JOB_COLUMNS: Final = (
     "max_attempts", "idempotency_key", "lease_expires_at", "worker_id", "last_error",
     "result", "meta", "timeout", "result_ttl", "cancel_requested", "created_at",
     "started_at", "finished_at", "expires_at", "workflow_id", "waits_for",
+    "concurrency_key", "rate_limit_key", "cost",
 )
 # Columns of a dead job: the ones a live job has too, then the error that killed it and
 # when (statements name the columns they insert, so the table's order does not matter).
 DEAD_JOB_COLUMNS: Final = (
     "id", "queue", "task", "args", "kwargs", "priority", "run_at", "attempts",
     "max_attempts", "idempotency_key", "worker_id", "last_error", "meta", "timeout",
-    "result_ttl", "created_at", "started_at", "finished_at", "workflow_id", "error",
-    "failed_at",
+    "result_ttl", "created_at", "started_at", "finished_at", "workflow_id",
+    "concurrency_key", "rate_limit_key", "cost", "error", "failed_at",
 )
 # The columns a live job shares with a dead one, as a select list over alias j.
 _SHARED = ", ".join("j." + c for c in DEAD_JOB_COLUMNS[:-2])
@@ -208,6 +220,7 @@ _DEAD_SELECT = (
     "j.worker_id, j.last_error, NULL::jsonb AS result, j.meta, j.timeout, j.result_ttl, "
     "false AS cancel_requested, j.created_at, j.started_at, j.finished_at, "
     "NULL::timestamptz AS expires_at, j.workflow_id, NULL::integer AS waits_for, "
+    "j.concurrency_key, j.rate_limit_key, j.cost, "
     "'dead' AS api_status, j.error, j.failed_at, false AS result_pending "
     "FROM {schema}.dead_jobs j"
 )
@@ -272,6 +285,188 @@ _COUNT_COLUMNS = """
 """
 
 
+# -- Limits (revision 0010_limits; pgqueue/limits.py explains) -----------------------------
+# A queue whose jobs the limited claim takes (a paused queue is claimed by nobody).
+_QUEUE_LIMITED = ("concurrency IS NOT NULL OR key_concurrency IS NOT NULL "
+                  "OR rate_amount IS NOT NULL OR fair")
+# Keys paused by RateLimited(key=...): jobs holding one as either key wait.
+_PAUSED_KEYS = ("ARRAY(SELECT substr(scope, 5) FROM {schema}.limit_state "
+                "WHERE paused_until > now() AND left(scope, 4) = 'key:')")
+
+
+def _claim_limited(*, in_queues: bool) -> str:
+    """The claim of jobs under a limit: up to %(limit)s ready jobs of limited queues and
+    tasks that every limit of theirs admits, in claim order (round-robin across keys in a
+    fair queue).
+
+    Runs after :attr:`Queries.lock_limits` took the limits' rows in the same transaction
+    (%(locked_queues)s, %(locked_tasks)s; jobs of the limits another claim holds,
+    %(skipped_queues)s and %(skipped_tasks)s, are left alone), so it is the only claim
+    of those limits running and its snapshot (taken after the lock) sees every job the
+    previous one started: running jobs are counted from ``jobs`` itself. Candidates: the
+    head of the claim index for jobs without a concurrency key, and for keyed jobs the
+    first jobs of each key (a skip scan of jobs_concurrency_key_idx), so that a busy
+    key's backlog does not hide the other keys. Each candidate is counted against its
+    queue's, task's and key's running jobs together with the candidates before it,
+    whether those are admitted or not: an admission is never optimistic. Rate buckets: a
+    job starts when its bucket's ``next_start_at`` (plus the units of the candidates
+    before it in the same bucket) is within 50 ms of now, then the bucket moves on by
+    ``units * window / amount``; starts are spread evenly and an idle bucket saves
+    nothing up for a burst.
+    """
+    scope = " AND queue = ANY(%(queues)s::text[])" if in_queues else ""
+    limited = (" AND (queue IN (SELECT queue FROM lq) OR task IN (SELECT task FROM lt))"
+               " AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE paused))"
+               " AND queue <> ALL (%(skipped_queues)s::text[])"
+               " AND task <> ALL (%(skipped_tasks)s::text[])" + scope)
+    order = "priority DESC, run_at, id"
+    columns = "id, queue, task, concurrency_key, rate_limit_key, cost, priority, run_at"
+    return f"""
+        WITH RECURSIVE
+        lq AS (
+            SELECT name AS queue, concurrency, key_concurrency, rate_amount, rate_window,
+                   rate_unit, fair
+              FROM {{schema}}.queues WHERE name = ANY(%(locked_queues)s::text[])
+        ),
+        lt AS (
+            SELECT task, global_concurrency, key_concurrency, rate_amount, rate_window,
+                   rate_unit
+              FROM {{schema}}.task_limits WHERE task = ANY(%(locked_tasks)s::text[])
+        ),
+        keys AS (
+            (SELECT concurrency_key AS key, 1 AS n FROM {{schema}}.jobs
+              WHERE status = 'queued' AND concurrency_key IS NOT NULL
+              ORDER BY concurrency_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.concurrency_key FROM {{schema}}.jobs j
+                     WHERE j.status = 'queued' AND j.concurrency_key > keys.key
+                     ORDER BY j.concurrency_key LIMIT 1), keys.n + 1
+              FROM keys WHERE keys.key IS NOT NULL AND keys.n < %(max_keys)s
+        ),
+        candidate AS (
+            (SELECT {columns} FROM (
+                 SELECT {columns} FROM {{schema}}.jobs
+                  WHERE status = 'queued' AND run_at <= now(){scope}
+                  ORDER BY {order} LIMIT %(scan)s) AS head
+              WHERE concurrency_key IS NULL {limited})
+            UNION ALL
+            SELECT head.* FROM keys CROSS JOIN LATERAL (
+                SELECT {columns} FROM {{schema}}.jobs
+                 WHERE status = 'queued' AND concurrency_key = keys.key AND run_at <= now()
+                       {limited}
+                 ORDER BY {order}
+                 -- Each key's share of the claim (at least two): enough for a fair round
+                 -- over all keys, without sorting limit x keys candidates.
+                 LIMIT (SELECT GREATEST(2, ceil(%(limit)s::float8 / GREATEST(count(*), 1)))::int
+                          FROM keys WHERE key IS NOT NULL)) AS head
+             WHERE keys.key IS NOT NULL
+        ),
+        running AS (
+            SELECT queue, task, concurrency_key FROM {{schema}}.jobs
+             WHERE status = 'running'
+               AND (queue IN (SELECT queue FROM lq) OR task IN (SELECT task FROM lt))
+        ),
+        rated AS (
+            SELECT c.*, q.concurrency AS queue_cap, q.key_concurrency AS queue_key_cap,
+                   t.global_concurrency AS task_cap, t.key_concurrency AS task_key_cap,
+                   COALESCE(q.fair, false) AS fair,
+                   CASE WHEN t.rate_amount IS NOT NULL
+                        THEN COALESCE('key:' || c.rate_limit_key, 'task:' || c.task)
+                        WHEN q.rate_amount IS NOT NULL
+                        THEN COALESCE('key:' || c.rate_limit_key, 'queue:' || c.queue)
+                   END AS bucket,
+                   COALESCE(t.rate_window / t.rate_amount, q.rate_window / q.rate_amount)
+                       AS per_unit,
+                   CASE WHEN COALESCE(t.rate_unit, q.rate_unit) IS NULL THEN 1
+                        ELSE COALESCE(c.cost, 1) END AS units
+              FROM candidate c
+              LEFT JOIN lq q ON q.queue = c.queue
+              LEFT JOIN lt t ON t.task = c.task
+        ),
+        ranked AS (
+            SELECT r.*,
+                   row_number() OVER (PARTITION BY r.queue ORDER BY {order}) AS n_queue,
+                   row_number() OVER (PARTITION BY r.task ORDER BY {order}) AS n_task,
+                   row_number() OVER (PARTITION BY r.queue, r.concurrency_key
+                                      ORDER BY {order}) AS n_queue_key,
+                   row_number() OVER (PARTITION BY r.task, r.concurrency_key
+                                      ORDER BY {order}) AS n_task_key,
+                   COALESCE(sum(r.units) OVER (PARTITION BY r.bucket ORDER BY {order}
+                                               ROWS BETWEEN UNBOUNDED PRECEDING
+                                               AND 1 PRECEDING), 0) AS units_before
+              FROM rated r
+        ),
+        running_queue AS (SELECT queue, count(*) AS n FROM running GROUP BY queue),
+        running_task AS (SELECT task, count(*) AS n FROM running GROUP BY task),
+        running_queue_key AS (
+            SELECT queue, concurrency_key, count(*) AS n FROM running
+             WHERE concurrency_key IS NOT NULL GROUP BY queue, concurrency_key
+        ),
+        running_task_key AS (
+            SELECT task, concurrency_key, count(*) AS n FROM running
+             WHERE concurrency_key IS NOT NULL GROUP BY task, concurrency_key
+        ),
+        admitted AS (
+            SELECT r.id, r.bucket, r.units * r.per_unit AS charge
+              FROM ranked r
+              LEFT JOIN {{schema}}.limit_state s ON s.scope = r.bucket
+              LEFT JOIN running_queue rq ON rq.queue = r.queue
+              LEFT JOIN running_task rt ON rt.task = r.task
+              LEFT JOIN running_queue_key rqk
+                     ON rqk.queue = r.queue AND rqk.concurrency_key = r.concurrency_key
+              LEFT JOIN running_task_key rtk
+                     ON rtk.task = r.task AND rtk.concurrency_key = r.concurrency_key
+             WHERE (r.queue_cap IS NULL OR r.n_queue + COALESCE(rq.n, 0) <= r.queue_cap)
+               AND (r.task_cap IS NULL OR r.n_task + COALESCE(rt.n, 0) <= r.task_cap)
+               AND (r.queue_key_cap IS NULL OR r.concurrency_key IS NULL
+                    OR r.n_queue_key + COALESCE(rqk.n, 0) <= r.queue_key_cap)
+               AND (r.task_key_cap IS NULL OR r.concurrency_key IS NULL
+                    OR r.n_task_key + COALESCE(rtk.n, 0) <= r.task_key_cap)
+               AND (r.bucket IS NULL
+                    OR GREATEST(s.next_start_at, now())
+                       + make_interval(secs => r.units_before * r.per_unit)
+                       <= now() + interval '50 milliseconds')
+               AND NOT EXISTS (
+                   SELECT FROM {{schema}}.limit_state p
+                    WHERE p.paused_until > now()
+                      AND p.scope IN (r.bucket, 'task:' || r.task, 'queue:' || r.queue,
+                                      'key:' || r.concurrency_key, 'key:' || r.rate_limit_key))
+             ORDER BY CASE WHEN r.fair THEN r.n_queue_key ELSE 0 END, {order}
+             LIMIT %(limit)s
+        ),
+        locked AS (
+            SELECT j.id FROM {{schema}}.jobs j
+             WHERE j.id IN (SELECT id FROM admitted) AND j.status = 'queued'
+               FOR UPDATE SKIP LOCKED
+        ),
+        claimed AS (
+            UPDATE {{schema}}.jobs AS j
+               SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
+                   lease_token = %(token)s,
+                   lease_expires_at = now() + make_interval(secs => %(lease)s),
+                   started_at = now(), cancel_requested = false
+              FROM locked
+             WHERE j.id = locked.id
+            RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority,
+                      j.attempts AS attempt, j.max_attempts, j.timeout, j.meta, j.run_at,
+                      j.created_at, j.lease_token AS token, j.workflow_id, true AS limited
+        ),
+        charged AS (
+            -- now() is the same all through the transaction: EXCLUDED.next_start_at - now()
+            -- is this claim's charge, added to the bucket as it is when the row is locked.
+            INSERT INTO {{schema}}.limit_state AS s (scope, next_start_at)
+            SELECT a.bucket, now() + make_interval(secs => sum(a.charge))
+              FROM admitted a JOIN claimed c ON c.id = a.id
+             WHERE a.bucket IS NOT NULL
+             GROUP BY a.bucket
+            ON CONFLICT (scope) DO UPDATE
+               SET next_start_at = GREATEST(s.next_start_at, now())
+                                   + (EXCLUDED.next_start_at - now())
+        )
+        SELECT * FROM claimed
+    """
+
+
 def _claim(*, in_queues: bool, after: bool) -> str:
     """A claim: up to %(limit)s ready jobs, highest priority first, skipping rows another
     worker is claiming right now.
@@ -286,10 +481,18 @@ def _claim(*, in_queues: bool, after: bool) -> str:
     from the head whenever a resumed one comes back short and whenever it is woken, so a
     job that lands behind the cursor waits at most until then (see producer.py).
     """
-    # Paused queues (revision 0006_queues): an array read once per statement from the
-    # small queues table (an InitPlan), compared with each row the walk meets.
+    # Paused queues (revision 0006_queues), limited queues and tasks, and scopes paused
+    # by RateLimited (revision 0010_limits): arrays read once per statement from small
+    # tables (InitPlans), compared with each row the walk meets. Limited jobs are left to
+    # claim_limited_jobs; with no limit and no pause the arrays are empty.
     where = ("status = 'queued' AND run_at <= now()"
-             "\n AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE paused))")
+             "\n AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE paused OR "
+             + _QUEUE_LIMITED + "))"
+             "\n AND task <> ALL (ARRAY(SELECT task FROM {schema}.task_limits UNION ALL "
+             "SELECT substr(scope, 6) FROM {schema}.limit_state WHERE paused_until > now() "
+             "AND left(scope, 5) = 'task:'))"
+             "\n AND (concurrency_key IS NULL OR concurrency_key <> ALL (" + _PAUSED_KEYS + "))"
+             "\n AND (rate_limit_key IS NULL OR rate_limit_key <> ALL (" + _PAUSED_KEYS + "))")
     if in_queues:
         where += " AND queue = ANY(%(queues)s::text[])"
     if after:
@@ -311,7 +514,7 @@ def _claim(*, in_queues: bool, after: bool) -> str:
          WHERE j.id = claimable.id
         RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts AS attempt,
                   j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at,
-                  j.lease_token AS token, j.workflow_id
+                  j.lease_token AS token, j.workflow_id, false AS limited
     """
 
 
@@ -417,11 +620,11 @@ class Queries:
     insert_job = _Plain("""
         INSERT INTO {schema}.jobs AS j
             (queue, task, args, kwargs, priority, run_at, max_attempts, idempotency_key,
-             meta, timeout, result_ttl)
+             meta, timeout, result_ttl, concurrency_key, rate_limit_key, cost)
         VALUES (%(queue)s, %(task)s, %(args)s::jsonb, %(kwargs)s::jsonb, %(priority)s,
                 """ + _RUN_AT + """,
                 %(max_attempts)s, %(idempotency_key)s, %(meta)s::jsonb, %(timeout)s,
-                %(result_ttl)s)
+                %(result_ttl)s, %(concurrency_key)s, %(rate_limit_key)s, %(cost)s)
         ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL AND status <> 'cancelled'
         DO NOTHING
         RETURNING """ + ", ".join("j." + c for c in JOB_COLUMNS) + ", " + _API_STATUS)
@@ -436,11 +639,12 @@ class Queries:
         WITH inserted AS (
             INSERT INTO {schema}.jobs
                 (queue, task, args, kwargs, priority, run_at, max_attempts, meta, timeout,
-                 result_ttl)
+                 result_ttl, concurrency_key, rate_limit_key, cost)
             SELECT %(queue)s, %(task)s, item.args, COALESCE(item.kwargs, '{{}}'::jsonb),
                    %(priority)s,
                    """ + _RUN_AT + """,
-                   %(max_attempts)s, %(meta)s::jsonb, %(timeout)s, %(result_ttl)s
+                   %(max_attempts)s, %(meta)s::jsonb, %(timeout)s, %(result_ttl)s,
+                   %(concurrency_key)s, %(rate_limit_key)s, %(cost)s
               FROM ROWS FROM (jsonb_array_elements(%(args)s::jsonb),
                               jsonb_array_elements(%(kwargs)s::jsonb))
                    WITH ORDINALITY AS item(args, kwargs, ord)
@@ -484,6 +688,123 @@ class Queries:
     claim_jobs_in_queues = _Typed(ClaimedJob, _claim(in_queues=True, after=False))
     claim_jobs_any_queue_after = _Typed(ClaimedJob, _claim(in_queues=False, after=True))
     claim_jobs_in_queues_after = _Typed(ClaimedJob, _claim(in_queues=True, after=True))
+    # -- Limits (revision 0010_limits; pgqueue/limits.py explains) ----------------------
+    # The limited claim's first statement: takes the row of every limit no other claim
+    # holds (SKIP LOCKED: claims never wait for each other), so that the claims of one
+    # limit take turns and each one's snapshot, taken after the lock, sees the jobs the
+    # previous one started. No limits at all: the worker skips the claim itself (and
+    # asks again a little later).
+    lock_limits = _Typed(LockedLimits, """
+        WITH q AS (
+            SELECT name FROM {schema}.queues WHERE NOT paused AND (""" + _QUEUE_LIMITED + """)
+               FOR UPDATE SKIP LOCKED
+        ),
+        t AS (SELECT task FROM {schema}.task_limits FOR UPDATE SKIP LOCKED)
+        SELECT ARRAY(SELECT name FROM q) AS queues, ARRAY(SELECT task FROM t) AS tasks,
+               ARRAY(SELECT name FROM {schema}.queues
+                      WHERE NOT paused AND (""" + _QUEUE_LIMITED + """)
+                        AND name NOT IN (SELECT name FROM q)) AS skipped_queues,
+               ARRAY(SELECT task FROM {schema}.task_limits
+                      WHERE task NOT IN (SELECT task FROM t)) AS skipped_tasks
+    """)
+    claim_limited_jobs_any_queue = _Typed(ClaimedJob, _claim_limited(in_queues=False))
+    claim_limited_jobs_in_queues = _Typed(ClaimedJob, _claim_limited(in_queues=True))
+    # When a rate bucket next admits a job or a pause ends: a worker waiting on limits
+    # sleeps until then (capped by its poll interval).
+    next_limit_at = _Typed(NextRunAt, """
+        SELECT min(t) AS next_run_at FROM (
+            SELECT next_start_at AS t FROM {schema}.limit_state WHERE next_start_at > now()
+            UNION ALL
+            SELECT paused_until FROM {schema}.limit_state WHERE paused_until > now()
+        ) AS upcoming
+    """)
+    # What a batch of outcomes does to limits, run by the completer in the batch's
+    # transaction before complete_jobs (which may move the jobs away): ctx.charge()
+    # corrects the job's cost bucket by what it used minus what its claim charged, and
+    # RateLimited pauses its scope (its key, else its rate bucket, else its task) until
+    # retry_after. now() is the transaction's: EXCLUDED.next_start_at - now() is the
+    # correction, applied to the bucket as it is when its row is locked.
+    apply_limit_outcomes = _Plain("""
+        WITH given AS (
+            SELECT * FROM unnest(%(ids)s::bigint[], %(charges)s::float8[],
+                                 %(pause_keys)s::text[], %(pauses)s::float8[])
+                   AS g(id, charge, pause_key, pause)
+        ),
+        job AS (
+            SELECT g.*, j.task,
+                   CASE WHEN t.rate_amount IS NOT NULL
+                        THEN COALESCE('key:' || j.rate_limit_key, 'task:' || j.task)
+                        WHEN q.rate_amount IS NOT NULL
+                        THEN COALESCE('key:' || j.rate_limit_key, 'queue:' || j.queue)
+                   END AS bucket,
+                   COALESCE(t.rate_window / t.rate_amount, q.rate_window / q.rate_amount)
+                       AS per_unit,
+                   COALESCE(t.rate_unit, q.rate_unit) IS NOT NULL AS by_cost,
+                   COALESCE(j.cost, 1) AS estimate
+              FROM given g JOIN {schema}.jobs j ON j.id = g.id
+              LEFT JOIN {schema}.task_limits t ON t.task = j.task
+              LEFT JOIN {schema}.queues q ON q.name = j.queue
+        ),
+        change AS (
+            SELECT bucket AS scope, (charge - estimate) * per_unit AS seconds,
+                   NULL::float8 AS pause
+              FROM job WHERE charge IS NOT NULL AND bucket IS NOT NULL AND by_cost
+            UNION ALL
+            SELECT COALESCE('key:' || pause_key, bucket, 'task:' || task), NULL, pause
+              FROM job WHERE pause IS NOT NULL
+        )
+        INSERT INTO {schema}.limit_state AS s (scope, next_start_at, paused_until)
+        SELECT scope, now() + make_interval(secs => sum(seconds)),
+               now() + make_interval(secs => max(pause))
+          FROM change GROUP BY scope
+        ON CONFLICT (scope) DO UPDATE
+           SET next_start_at = CASE WHEN EXCLUDED.next_start_at IS NULL THEN s.next_start_at
+                                    ELSE GREATEST(s.next_start_at, now())
+                                         + (EXCLUDED.next_start_at - now()) END,
+               paused_until = GREATEST(s.paused_until, EXCLUDED.paused_until)
+    """)
+    # A worker's tasks' limits, declared when it starts (Queue.task's options): one row
+    # per limited task, and no row for a task of this worker that has none (any more).
+    declare_task_limits = _Plain("""
+        WITH given AS (
+            SELECT * FROM jsonb_to_recordset(%(limits)s::jsonb) AS g(
+                task text, global_concurrency integer, key_concurrency integer,
+                rate_limit text, rate_amount float8, rate_window float8, rate_unit text)
+        ),
+        removed AS (
+            DELETE FROM {schema}.task_limits
+             WHERE task = ANY(%(tasks)s::text[]) AND task NOT IN (SELECT task FROM given)
+        )
+        INSERT INTO {schema}.task_limits AS t
+            (task, global_concurrency, key_concurrency, rate_limit, rate_amount, rate_window,
+             rate_unit)
+        SELECT task, global_concurrency, key_concurrency, rate_limit, rate_amount,
+               rate_window, rate_unit FROM given
+        ON CONFLICT (task) DO UPDATE
+           SET global_concurrency = EXCLUDED.global_concurrency,
+               key_concurrency = EXCLUDED.key_concurrency, rate_limit = EXCLUDED.rate_limit,
+               rate_amount = EXCLUDED.rate_amount, rate_window = EXCLUDED.rate_window,
+               rate_unit = EXCLUDED.rate_unit, updated_at = now()
+         WHERE (t.global_concurrency, t.key_concurrency, t.rate_limit)
+               IS DISTINCT FROM (EXCLUDED.global_concurrency, EXCLUDED.key_concurrency,
+                                 EXCLUDED.rate_limit)
+    """)
+    # Rate buckets and pauses whose times have passed mean nothing: a missing row reads as
+    # a bucket that admits a job now.
+    prune_limit_state = _Plain("""
+        DELETE FROM {schema}.limit_state
+         WHERE (next_start_at IS NULL OR next_start_at < now())
+           AND (paused_until IS NULL OR paused_until < now())
+    """)
+    # Task limits and scopes paused now, for Queue.limits() and pgq queues list.
+    select_task_limits = _Plain("""
+        SELECT task, global_concurrency, key_concurrency, rate_limit FROM {schema}.task_limits
+         ORDER BY task
+    """)
+    select_paused_scopes = _Plain("""
+        SELECT scope, paused_until FROM {schema}.limit_state WHERE paused_until > now()
+         ORDER BY scope
+    """)
     # When the next scheduled job becomes due, so an idle worker sleeps until then.
     # A row due in the future was due later than it was created: the second condition
     # adds nothing to the answer and lets the planner use jobs_scheduled_idx.
@@ -656,6 +977,54 @@ class Queries:
          WHERE id NOT IN (SELECT id FROM extended)
     """)
     delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
+    # -- Health (pgqueue/health.py: pgq health, probes) ----------------------------------
+    # Workers whose lease runs (alive), and per queue that is not paused the age of its
+    # oldest ready job: the queued rows only (the claim index's partial rows).
+    select_health = _Plain("""
+        SELECT (SELECT count(*) FROM {schema}.workers WHERE lease_expires_at > now())
+                   AS live_workers,
+               ARRAY(SELECT name FROM {schema}.queues WHERE paused ORDER BY name)
+                   AS paused_queues
+    """)
+    select_oldest_ready = _Plain("""
+        SELECT j.queue, extract(epoch FROM now() - min(j.run_at))::float8 AS age_seconds
+          FROM {schema}.jobs j
+         WHERE j.status = 'queued' AND j.run_at <= now()
+           AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+         GROUP BY j.queue
+         ORDER BY age_seconds DESC, j.queue
+    """)
+    # -- Throughput counts (revision 0011_job_counts; pgqueue/worker/counts.py) ---------
+    # A worker's outcome counts since its last flush, added to its own rows (one per
+    # minute, queue, task and outcome): no other worker writes them, so this never waits.
+    record_job_counts = _Plain("""
+        INSERT INTO {schema}.job_counts AS c (minute, queue, task, outcome, worker_id, count)
+        SELECT minute, queue, task, outcome, %(worker_id)s, count
+          FROM unnest(%(minutes)s::timestamptz[], %(queues)s::text[], %(tasks)s::text[],
+                      %(outcomes)s::text[], %(counts)s::bigint[])
+               AS t(minute, queue, task, outcome, count)
+        ON CONFLICT (minute, queue, task, outcome, worker_id) DO UPDATE
+           SET count = c.count + EXCLUDED.count
+    """)
+    # Counts past their retention (maintenance, with the pruner): a range of the primary
+    # key's first column.
+    prune_job_counts = _Plain("""
+        DELETE FROM {schema}.job_counts
+         WHERE minute < now() - make_interval(secs => %(retention)s)
+    """)
+    # Outcomes per minute and queue over the last %(minutes)s minutes (this one
+    # included), summed over tasks (or of one task) and workers; only minutes with
+    # outcomes have rows.
+    select_throughput = _Plain("""
+        SELECT minute, queue, outcome, sum(count)::bigint AS count
+          FROM {schema}.job_counts
+         WHERE minute >= date_trunc('minute', now())
+                         - make_interval(mins => %(minutes)s - 1)
+           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+           AND (%(task)s::text IS NULL OR task = %(task)s::text)
+         GROUP BY minute, queue, outcome
+         ORDER BY minute, queue, outcome
+    """)
     select_workers = _Plain("""
         SELECT id, hostname, pid, queues, concurrency, stuck, started_at, last_heartbeat_at,
                lease_expires_at
@@ -921,6 +1290,15 @@ class Queries:
          ORDER BY j.failed_at DESC, j.id DESC
          LIMIT %(limit)s
     """)
+    # -- pgqueue.testing -----------------------------------------------------------------
+    # drain(q, now=...): the jobs due by %(now)s (a time ahead of the clock) become ready
+    # now, each moved back by the same amount, so they keep their claim order. Jobs due
+    # later keep their run_at: a second drain with a later time finds them as they were.
+    make_due_jobs_ready = _Plain("""
+        UPDATE {schema}.jobs
+           SET run_at = run_at - (%(now)s::timestamptz - now())
+         WHERE status = 'queued' AND run_at > now() AND run_at <= %(now)s::timestamptz
+    """)
     queue_stats = _Plain(_QUEUE_COUNTS + """
         SELECT COALESCE(live.queue, dead.queue) AS queue, """ + _COUNT_COLUMNS + """
           FROM live FULL JOIN dead ON live.queue = dead.queue
@@ -934,7 +1312,8 @@ class Queries:
               FROM live FULL JOIN dead ON live.queue = dead.queue
         )
         SELECT COALESCE(c.queue, s.name) AS name, COALESCE(s.paused, false) AS paused,
-               s.max_queued, s.priority_aging,
+               s.max_queued, s.priority_aging, s.concurrency, s.key_concurrency,
+               s.rate_limit, COALESCE(s.fair, false) AS fair,
                COALESCE(c.queued, 0) AS queued, COALESCE(c.scheduled, 0) AS scheduled,
                COALESCE(c.retrying, 0) AS retrying, COALESCE(c.waiting, 0) AS waiting,
                COALESCE(c.running, 0) AS running,
@@ -952,13 +1331,31 @@ class Queries:
     # The settings given (%(given)s names them) take their new value, the others keep
     # theirs; a new row gets the given ones and the defaults.
     set_queue_settings = _Plain("""
-        INSERT INTO {schema}.queues AS q (name, max_queued, priority_aging)
-        VALUES (%(name)s, %(max_queued)s, %(priority_aging)s)
+        INSERT INTO {schema}.queues AS q
+            (name, max_queued, priority_aging, concurrency, key_concurrency, rate_limit,
+             rate_amount, rate_window, rate_unit, fair)
+        VALUES (%(name)s, %(max_queued)s, %(priority_aging)s, %(concurrency)s,
+                %(key_concurrency)s, %(rate_limit)s, %(rate_amount)s, %(rate_window)s,
+                %(rate_unit)s, COALESCE(%(fair)s, false))
         ON CONFLICT (name) DO UPDATE
            SET max_queued = CASE WHEN 'max_queued' = ANY(%(given)s::text[])
-                                 THEN EXCLUDED.max_queued ELSE q.max_queued END,
+                    THEN EXCLUDED.max_queued ELSE q.max_queued END,
                priority_aging = CASE WHEN 'priority_aging' = ANY(%(given)s::text[])
-                                     THEN EXCLUDED.priority_aging ELSE q.priority_aging END,
+                    THEN EXCLUDED.priority_aging ELSE q.priority_aging END,
+               concurrency = CASE WHEN 'concurrency' = ANY(%(given)s::text[])
+                    THEN EXCLUDED.concurrency ELSE q.concurrency END,
+               key_concurrency = CASE WHEN 'key_concurrency' = ANY(%(given)s::text[])
+                    THEN EXCLUDED.key_concurrency ELSE q.key_concurrency END,
+               rate_limit = CASE WHEN 'rate_limit' = ANY(%(given)s::text[])
+                    THEN EXCLUDED.rate_limit ELSE q.rate_limit END,
+               rate_amount = CASE WHEN 'rate_amount' = ANY(%(given)s::text[])
+                    THEN EXCLUDED.rate_amount ELSE q.rate_amount END,
+               rate_window = CASE WHEN 'rate_window' = ANY(%(given)s::text[])
+                    THEN EXCLUDED.rate_window ELSE q.rate_window END,
+               rate_unit = CASE WHEN 'rate_unit' = ANY(%(given)s::text[])
+                    THEN EXCLUDED.rate_unit ELSE q.rate_unit END,
+               fair = CASE WHEN 'fair' = ANY(%(given)s::text[])
+                    THEN EXCLUDED.fair ELSE q.fair END,
                updated_at = now()
     """)
     # Priority aging (maintenance): each queue with priority_aging whose step has passed
@@ -1027,7 +1424,8 @@ class Queries:
         inserted AS (
             INSERT INTO {schema}.jobs
                 (id, workflow_id, status, waits_for, queue, task, args, kwargs, priority,
-                 run_at, max_attempts, idempotency_key, meta, timeout, result_ttl)
+                 run_at, max_attempts, idempotency_key, meta, timeout, result_ttl,
+                 concurrency_key, rate_limit_key, cost)
             SELECT step.id, first.id,
                    CASE WHEN (step.value->>'waits_for')::int > 0 THEN 'waiting' ELSE 'queued' END,
                    (step.value->>'waits_for')::int,
@@ -1037,7 +1435,8 @@ class Queries:
                             now() + make_interval(secs => (step.value->>'run_in')::float8)),
                    (step.value->>'max_attempts')::int, step.value->>'idempotency_key',
                    step.value->'meta', (step.value->>'timeout')::float8,
-                   (step.value->>'result_ttl')::int
+                   (step.value->>'result_ttl')::int, step.value->>'concurrency_key',
+                   step.value->>'rate_limit_key', (step.value->>'cost')::float8
               FROM step, first
         ),
         edge AS (
@@ -1121,11 +1520,12 @@ class Queries:
             INSERT INTO {schema}.jobs AS j
                 (id, queue, task, args, kwargs, status, priority, run_at, attempts,
                  max_attempts, idempotency_key, meta, timeout, result_ttl, created_at,
-                 last_error, workflow_id, waits_for)
+                 last_error, workflow_id, waits_for, concurrency_key, rate_limit_key, cost)
             SELECT c.id, c.queue, c.task, c.args, c.kwargs,
                    CASE WHEN w.waits_for > 0 THEN 'waiting' ELSE 'queued' END,
                    c.priority, now(), 0, c.max_attempts, c.idempotency_key, c.meta, c.timeout,
-                   c.result_ttl, c.created_at, c.error, c.workflow_id, w.waits_for
+                   c.result_ttl, c.created_at, c.error, c.workflow_id, w.waits_for,
+                   c.concurrency_key, c.rate_limit_key, c.cost
               FROM candidates c
               LEFT JOIN LATERAL (
                   SELECT count(*) AS waits_for FROM {schema}.workflow_edges e

@@ -20,6 +20,8 @@ tables and the migrated database agree; change both together.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -42,8 +44,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from pgqueue.settings import validate_schema_name
 
 __all__ = [
-    "build_metadata", "dead_jobs", "job_steps", "jobs", "metadata", "queues", "schedules",
-    "workers", "workflow_edges", "workflows",
+    "build_metadata", "dead_jobs", "job_counts", "job_steps", "jobs", "limit_state", "metadata",
+    "queues", "schedules", "task_limits", "workers", "workflow_edges", "workflows",
 ]
 
 _TIMESTAMPTZ = TIMESTAMP(timezone=True)
@@ -115,7 +117,19 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         Column("waits_for", Integer,
                comment="A workflow step: how many of the steps it comes after have not "
                        "succeeded yet; it is released (queued) at 0. NULL outside workflows."),
+        Column("concurrency_key", Text,
+               comment="Jobs sharing a key count together against key_concurrency, and "
+                       "take turns in a fair queue."),
+        Column("rate_limit_key", Text,
+               comment="The job's rate limit applies to each key separately."),
+        Column("cost", Double,
+               comment="The units a limit by cost charges when the job starts (NULL: 1)."),
         PrimaryKeyConstraint("id", name="jobs_pkey"),
+        CheckConstraint("concurrency_key IS NULL OR length(concurrency_key) BETWEEN 1 AND 200",
+                        name="jobs_concurrency_key_check"),
+        CheckConstraint("rate_limit_key IS NULL OR length(rate_limit_key) BETWEEN 1 AND 200",
+                        name="jobs_rate_limit_key_check"),
+        CheckConstraint("cost IS NULL OR (cost >= 0 AND cost <= 1e9)", name="jobs_cost_check"),
         CheckConstraint("waits_for >= 0", name="jobs_waits_for_check"),
         CheckConstraint(  # 'waiting': 0007_workflows
             "status IN ('queued', 'running', 'succeeded', 'cancelled', 'waiting')",
@@ -175,6 +189,13 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
     Index("jobs_result_lost_idx", table.c.finished_at,
           postgresql_where=text("status = 'succeeded' AND result IS NULL "
                                 "AND workflow_id IS NOT NULL"))
+    # 0010_limits: each key's ready jobs in claim order (key_concurrency, fair queues), and
+    # the running jobs per key.
+    Index("jobs_concurrency_key_idx", table.c.concurrency_key, table.c.priority.desc(),
+          table.c.run_at, table.c.id,
+          postgresql_where=text("status = 'queued' AND concurrency_key IS NOT NULL"))
+    Index("jobs_running_key_idx", table.c.concurrency_key,
+          postgresql_where=text("status = 'running' AND concurrency_key IS NOT NULL"))
     return table
 
 
@@ -204,6 +225,9 @@ def _dead_jobs(metadata: MetaData, schema: str) -> Table:
         Column("failed_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
         Column("workflow_id", BigInteger,
                comment="The workflow this job was a step of (workflows.id), or NULL."),
+        Column("concurrency_key", Text),
+        Column("rate_limit_key", Text),
+        Column("cost", Double),
         PrimaryKeyConstraint("id", name="dead_jobs_pkey"),
         schema=schema,
         comment="pgqueue dead jobs: attempts exhausted or discarded; kept until purged.",
@@ -255,7 +279,22 @@ def _queues(metadata: MetaData, schema: str) -> Table:
                comment="When the queue's priorities were last aged (one maintenance round "
                        "does it)."),
         Column("updated_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        Column("concurrency", Integer,
+               comment="At most this many running jobs of the queue across all workers. "
+                       "NULL: no limit."),
+        Column("key_concurrency", Integer,
+               comment="At most this many running jobs of the queue per concurrency_key. "
+                       "NULL: no limit."),
+        *_rate_columns(),
+        Column("fair", Boolean, nullable=False, server_default=text("false"),
+               comment="Claims take the queue's concurrency keys in turn, so a key with many "
+                       "jobs cannot starve one with few."),
         PrimaryKeyConstraint("name", name="queues_pkey"),
+        CheckConstraint("concurrency IS NULL OR concurrency >= 1",
+                        name="queues_concurrency_check"),
+        CheckConstraint("key_concurrency IS NULL OR key_concurrency >= 1",
+                        name="queues_key_concurrency_check"),
+        _rate_check("queues_rate_check"),
         CheckConstraint("length(name) BETWEEN 1 AND 200", name="queues_name_check"),
         CheckConstraint("max_queued IS NULL OR max_queued >= 1",
                         name="queues_max_queued_check"),
@@ -389,9 +428,97 @@ def _job_steps(metadata: MetaData, schema: str) -> Table:
     )
 
 
+def _rate_columns() -> list[Column[Any]]:
+    """A rate limit's columns, in ``queues`` and ``task_limits`` alike (0010_limits)."""
+    return [
+        Column("rate_limit", Text,
+               comment="The rate limit as given ('100/m', '90000 tokens/m'): rate_amount per "
+                       "rate_window seconds, job starts spread evenly. NULL: no rate limit."),
+        Column("rate_amount", Double),
+        Column("rate_window", Double),
+        Column("rate_unit", Text,
+               comment="The unit of a limit by cost ('tokens'): jobs are charged jobs.cost at "
+                       "claim and corrected by ctx.charge(). NULL: a limit on job starts."),
+    ]
+
+
+def _rate_check(name: str) -> CheckConstraint:
+    return CheckConstraint(
+        "(rate_limit IS NULL) = (rate_amount IS NULL) AND (rate_amount IS NULL) = "
+        "(rate_window IS NULL) AND (rate_amount IS NULL OR (rate_amount > 0 AND "
+        "rate_amount <= 1e9 AND rate_window >= 0.001 AND rate_window <= 604800))", name=name)
+
+
+def _task_limits(metadata: MetaData, schema: str) -> Table:
+    return Table(
+        "task_limits",
+        metadata,
+        Column("task", Text, nullable=False),
+        Column("global_concurrency", Integer),
+        Column("key_concurrency", Integer),
+        *_rate_columns(),
+        Column("updated_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("task", name="task_limits_pkey"),
+        CheckConstraint("global_concurrency IS NULL OR global_concurrency >= 1",
+                        name="task_limits_global_concurrency_check"),
+        CheckConstraint("key_concurrency IS NULL OR key_concurrency >= 1",
+                        name="task_limits_key_concurrency_check"),
+        _rate_check("task_limits_rate_check"),
+        schema=schema,
+        comment="pgqueue per-task limits, declared by workers from @q.task(global_concurrency=, "
+                "key_concurrency=, rate_limit=) when they start; a task without a row has none.",
+    )
+
+
+def _limit_state(metadata: MetaData, schema: str) -> Table:
+    table = Table(
+        "limit_state",
+        metadata,
+        Column("scope", Text, nullable=False),
+        Column("next_start_at", _TIMESTAMPTZ,
+               comment="A rate bucket: no job charged to it starts before this time."),
+        Column("paused_until", _TIMESTAMPTZ,
+               comment="Set by RateLimited(retry_after=): no job of this scope starts before "
+                       "this time."),
+        PrimaryKeyConstraint("scope", name="limit_state_pkey"),
+        schema=schema,
+        comment="pgqueue rate buckets and pauses in use, one row per scope ('queue:Q', "
+                "'task:T', 'key:K'); rows whose times have passed are pruned.",
+    )
+    Index("limit_state_paused_idx", table.c.paused_until,
+          postgresql_where=text("paused_until IS NOT NULL"))
+    return table
+
+
+def _job_counts(metadata: MetaData, schema: str) -> Table:
+    # Per-worker rows (0011_job_counts): each worker upserts only its own, so workers
+    # never wait for each other; readers sum over worker_id.
+    return Table(
+        "job_counts",
+        metadata,
+        Column("minute", _TIMESTAMPTZ, nullable=False,
+               comment="The start of the minute the outcomes were recorded in."),
+        Column("queue", Text, nullable=False),
+        Column("task", Text, nullable=False),
+        Column("outcome", Text, nullable=False,
+               comment="succeeded, failed (an attempt failed, the job retries), dead, "
+                       "cancelled or snoozed."),
+        Column("worker_id", Text, nullable=False,
+               comment="The worker that recorded the outcomes (workers.id while it runs)."),
+        Column("count", BigInteger, nullable=False),
+        PrimaryKeyConstraint("minute", "queue", "task", "outcome", "worker_id",
+                             name="job_counts_pkey"),
+        CheckConstraint("count >= 0", name="job_counts_count_check"),
+        schema=schema,
+        comment="pgqueue throughput: job outcomes per minute, queue, task and worker, kept 7 days "
+                "after the jobs themselves are pruned.",
+    )
+
+
 def build_metadata(schema: str = "pgqueue") -> MetaData:
     """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers``, ``queues``,
-    ``workflows``, ``workflow_edges``, ``schedules`` and ``job_steps`` in ``schema``.
+    ``workflows``, ``workflow_edges``, ``schedules``, ``job_steps`` and ``job_counts`` in
+    ``schema``.
 
     Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
     """
@@ -405,6 +532,9 @@ def build_metadata(schema: str = "pgqueue") -> MetaData:
     _workflow_edges(metadata, schema)
     _schedules(metadata, schema)
     _job_steps(metadata, schema)
+    _task_limits(metadata, schema)
+    _limit_state(metadata, schema)
+    _job_counts(metadata, schema)
     return metadata
 
 
@@ -417,3 +547,6 @@ workflows = metadata.tables["pgqueue.workflows"]
 workflow_edges = metadata.tables["pgqueue.workflow_edges"]
 schedules = metadata.tables["pgqueue.schedules"]
 job_steps = metadata.tables["pgqueue.job_steps"]
+task_limits = metadata.tables["pgqueue.task_limits"]
+limit_state = metadata.tables["pgqueue.limit_state"]
+job_counts = metadata.tables["pgqueue.job_counts"]

@@ -147,15 +147,30 @@ class Completer(Service):
         # batch's transaction (see queries.lock_workflow_successors). Batches of plain
         # jobs skip this and stay one autocommitted statement.
         steps = [o.job_id for o in batch if o.in_workflow and o.final]
+        # Charges and RateLimited pauses (pgqueue/limits.py) are written in the batch's
+        # transaction too, before complete_jobs moves any job away.
+        limits = [o for o in batch if o.touches_limits]
         async with answered(f"writing {len(batch)} outcome(s)"), self._link.applied(conn):
-            if steps:
+            if steps or limits:
                 async with conn.transaction():
-                    await conn.execute(self._queries.lock_workflow_successors, {"ids": steps})
+                    if steps:
+                        await conn.execute(self._queries.lock_workflow_successors,
+                                           {"ids": steps})
+                    if limits:
+                        await conn.execute(self._queries.apply_limit_outcomes, {
+                            "ids": [o.job_id for o in limits],
+                            "charges": [o.charged for o in limits],
+                            "pause_keys": [o.pause_key for o in limits],
+                            "pauses": [o.pause for o in limits],
+                        })
                     rows = await self._queries.complete_jobs.all(conn, params)
             else:
                 rows = await self._queries.complete_jobs.all(conn, params)
-            ready_queues = sorted({row.queue for row in rows
-                                   if row.kind in ("release", "retry", "snooze") and row.ready})
+            # A job that ran under a limit frees room in it: every worker looks again.
+            limited = {o.queue for o in batch if o.limited and o.final}
+            ready_queues = sorted(limited | {
+                row.queue for row in rows
+                if row.kind in ("release", "retry", "snooze") and row.ready})
             if ready_queues:
                 await conn.execute(self._queries.notify_ready, {
                     "channel": notify_channel(self._queries.schema),

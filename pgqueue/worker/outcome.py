@@ -39,13 +39,24 @@ class Outcome:
     task: str = field(default="", compare=False)
     queue: str = field(default="", compare=False)  # for per-queue slots (Worker._held)
     in_workflow: bool = field(default=False, compare=False)  # see Completer._write
+    # Limits (pgqueue/limits.py): claimed under a limit (its end wakes the workers),
+    # units reported by ctx.charge(), and a RateLimited pause: seconds and optional key.
+    limited: bool = field(default=False, compare=False)
+    charged: float | None = None
+    pause: float | None = None
+    pause_key: str | None = None
 
     @classmethod
     def of(cls, job: ClaimedJob, kind: OutcomeKind, result: str | None = None, *,
            error: str | None = None, delay: float = 0.0, progress: str | None = None) -> Outcome:
         """The outcome ``kind`` of this claim of ``job``."""
         return cls(job.id, job.attempt, job.token, kind, result, error, delay, progress,
-                   job.task, job.queue, job.workflow_id is not None)
+                   job.task, job.queue, job.workflow_id is not None, job.limited)
+
+    @property
+    def touches_limits(self) -> bool:
+        """True if recording it also changes limit state (queries.apply_limit_outcomes)."""
+        return self.charged is not None or self.pause is not None
 
     @property
     def key(self) -> tuple[int, int]:

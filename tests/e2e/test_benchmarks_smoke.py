@@ -21,6 +21,11 @@ CASES = {
         ["--jobs", "500", "--reps", "1"],
         {"drain_per_s", "enqueue_per_s", "duplicates", "missing", "complete", "runs", "machine"},
     ),
+    "metrics_overhead": (
+        ["--jobs", "200", "--reps", "1", "--scrape-interval", "0.05"],
+        {"drain_ratio_paired_median", "cpu_ratio_paired_median", "off", "on", "scrapes",
+         "machine"},
+    ),
     "latency": (
         ["--jobs", "20", "--gap", "0.01", "--warmup", "0.3"],
         {"p50_ms", "p99_ms", "max_ms", "enqueue_call_p50_ms", "missing", "complete"},
@@ -63,6 +68,11 @@ CASES = {
         {"enqueue_ms", "drain_s", "drain_per_s", "group_vs_plain",
          "chord_overhead_ms_per_member", "fan_in_ms", "chain_per_step_ms", "complete",
          "machine"},
+    ),
+    "limits": (
+        ["--jobs", "100", "--keys", "5", "--ready", "200", "--claims", "5", "--soak", "0.05",
+         "--rate", "20", "--kill-every", "1"],
+        {"overhead", "soak", "complete", "machine"},
     ),
     "soak": (
         ["--minutes", "0.2", "--rate", "200"],

@@ -108,14 +108,25 @@ def test_queue_commands_print_the_state_they_leave(dsn: str) -> None:
     assert paused.startswith("Paused queue 'email': no worker claims its jobs until "
                              "pgq queues resume email")
     bounded = json_of("queues", "set", "email", "--max-queued", "500", "--dsn", dsn)
-    assert bounded["settings"] == {"max_queued": 500, "priority_aging": None}
+    no_limits = {"concurrency": None, "key_concurrency": None, "rate_limit": None,
+                 "fair": False}
+    assert bounded["settings"] == {"max_queued": 500, "priority_aging": None} | no_limits
     assert bounded["paused"] is True
     aged = ok("queues", "set", "email", "--priority-aging", "2m", "--dsn", dsn).stdout
     assert aged.strip() == ("Queue 'email': max queued 500; priority aging one step per "
-                            "120s waited.")
+                            "120s waited; limits none.")
     listed = json_of("queues", "list", "--dsn", dsn)
     assert [(q["name"], q["paused"], q["settings"]) for q in listed] == [
-        ("email", True, {"max_queued": 500, "priority_aging": 120})]
+        ("email", True, {"max_queued": 500, "priority_aging": 120} | no_limits)]
+    limited = ok("queues", "set", "email", "--concurrency", "5", "--key-concurrency", "1",
+                 "--rate", "100 / m", "--fair", "--dsn", dsn).stdout
+    assert limited.strip().endswith("limits 5 running, 1 per key, 100/m, fair.")
+    assert "5 running, 1 per key, 100/m, fair" in ok("queues", "list", "--dsn", dsn).stdout
+    cleared = json_of("queues", "set", "email", "--concurrency", "none", "--rate", "none",
+                      "--no-fair", "--dsn", dsn)
+    assert cleared["settings"] == {"max_queued": 500, "priority_aging": 120,
+                                   "concurrency": None, "key_concurrency": 1,
+                                   "rate_limit": None, "fair": False}
     assert set(listed[0]["counts"]) == {"queued", "scheduled", "retrying", "waiting",
                                         "running", "succeeded", "cancelled", "dead"}
     table = ok("queues", "list", "--dsn", dsn).stdout
@@ -132,6 +143,8 @@ def test_bad_queue_commands_say_what_is_wrong(dsn: str) -> None:
         (["set", "email", "--max-queued", "lots"], "'lots' is not a bound"),
         (["set", "email"], "give a setting to change"),
         (["set", "email", "--slots", "2"], "No such option: --slots"),
+        (["set", "email", "--concurrency", "0"], "'0' is not a concurrency limit"),
+        (["set", "email", "--key-concurrency", "-1"], "'-1' is not a concurrency limit"),
     ]:
         result = pgq("queues", *args, "--dsn", dsn)
         assert result.returncode == 2, (args, result.stderr)
@@ -141,6 +154,11 @@ def test_bad_queue_commands_say_what_is_wrong(dsn: str) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("error: invalid priority_aging '50ms': seconds per "
                                     "priority step from 0.1")
+    for rate in ("10/x", "-1/s", "1e99/s"):
+        result = pgq("queues", "set", "email", "--rate", rate, "--dsn", dsn)
+        assert result.returncode == 1
+        assert result.stderr.strip().startswith(f"error: invalid rate_limit {rate!r}")
+        assert "N/s, N/m, N/h" in result.stderr and len(result.stderr.splitlines()) == 1
     result = pgq("queues", "pause", "a,b", "--dsn", dsn)
     assert result.returncode == 1
     assert result.stderr.strip() == ("error: invalid queue 'a,b': must not contain ',' (a "

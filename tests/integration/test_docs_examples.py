@@ -269,6 +269,33 @@ def test_steps_guide_examples_run(dsn: str) -> None:
                      ("store", 3), ("reserve", "r-7")]
 
 
+def test_limits_guide_examples_run(dsn: str) -> None:
+    """docs/guides/limits.md: its limits are stored where the page says, and a worker of
+    its Queue declares the task limits and runs every job it enqueued."""
+    from pgqueue.worker import BackgroundWorker, WorkerSettings
+    from tests._polling import wait_until
+
+    with guide("limits", dsn) as namespace:
+        q = namespace["q"]
+        queues = {info.name: info for info in q.queues()}
+        assert queues["default"].concurrency == 20
+        assert queues["email"].rate_limit == "100/m"
+        assert queues["llm"].rate_limit == "90000 tokens/m"
+        assert queues["imports"].fair
+        with BackgroundWorker(q, WorkerSettings(concurrency=4)):
+            wait_until(lambda: all(info.counts["succeeded"] == sum(info.counts.values())
+                                   for info in q.queues() if sum(info.counts.values())),
+                       timeout=30, message="every job of the guide to succeed")
+        tasks, pauses = q.limits()
+    assert {name: lim.to_dict() for name, lim in tasks.items()} == {
+        "build_report": {"global_concurrency": 2, "key_concurrency": None, "rate_limit": None},
+        "call_partner_api": {"global_concurrency": None, "key_concurrency": None,
+                             "rate_limit": "10/s"},
+        "export_tenant": {"global_concurrency": None, "key_concurrency": 1, "rate_limit": None},
+    }
+    assert pauses == []
+
+
 def _run_python_in(code: str, dsn: str, namespace: dict[str, Any]) -> dict[str, Any]:
     """Run one block of a page whose blocks build on each other (one namespace)."""
     namespace.setdefault("__name__", "docs_example")

@@ -131,11 +131,11 @@ def test_bad_arguments_fail_at_enqueue_not_in_the_worker(q: Queue, dsn: str) -> 
     def task(user_id: int, email: str) -> None: ...
 
     with pytest.raises(ArgumentError, match="missing a required argument: 'email'"):
-        task.enqueue(1)
+        task.enqueue(1)  # type: ignore[call-arg]
     with pytest.raises(ArgumentError, match="unexpected keyword argument 'colour'"):
-        task.enqueue(1, "a@x", colour="blue")
+        task.enqueue(1, "a@x", colour="blue")  # type: ignore[call-arg]
     with pytest.raises(ArgumentError, match="user_id"):
-        task.enqueue("not a number", "a@x")
+        task.enqueue("not a number", "a@x")  # type: ignore[arg-type]
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (0,)
 

@@ -240,9 +240,11 @@ async def test_keyword_arguments_are_stored_as_given_on_every_path(aq: Queue, ds
         seen.append((a, b, where or Address(city="-")))
 
     where = {"city": "Oslo"}
+    # A keyword-only ctx is, to type checkers, an argument (docs/guides/tasks.md,
+    # "Typed enqueue"); the runtime knows better.
     jobs = [
-        await add.enqueue_async(a=1, b=2),
-        await add.enqueue_async(3, b=4, where=where),
+        await add.enqueue_async(a=1, b=2),  # type: ignore[call-arg]
+        await add.enqueue_async(3, b=4, where=where),  # type: ignore[call-arg, arg-type]
         await aq.tasks["add"].using(queue="q").enqueue_async(5, 6),
     ]
     jobs.append(await asyncio.to_thread(aq.enqueue_by_name, "add", [7], {"b": 8}))

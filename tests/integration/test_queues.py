@@ -84,18 +84,20 @@ def test_pause_resume_and_settings_show_in_queues(q: Queue) -> None:
         "dead"}
     assert q.pause_queue("email").paused
     assert q.pause_queue("email").paused  # again: no error, no change
+    no_limits = {"concurrency": None, "key_concurrency": None, "rate_limit": None,
+                 "fair": False}
     assert q.set_queue("bulk", max_queued=10).settings == {"max_queued": 10,
-                                                            "priority_aging": None}
+                                                            "priority_aging": None} | no_limits
     assert [(i.name, i.paused, i.max_queued) for i in q.queues()] == [
         ("bulk", False, 10), ("email", True, None)]
     assert q.set_queue("bulk").max_queued == 10  # nothing given: nothing changes
     assert q.set_queue("bulk", max_queued=None).max_queued is None  # None clears
     assert not q.resume_queue("email").paused
     assert q.queues()[1].to_dict()["settings"] == {"max_queued": None,
-                                                   "priority_aging": None}
+                                                   "priority_aging": None} | no_limits
     assert q.set_queue("bulk", priority_aging="5m").priority_aging == 300
     assert q.set_queue("bulk", priority_aging=None, max_queued=7).settings == {
-        "max_queued": 7, "priority_aging": None}
+        "max_queued": 7, "priority_aging": None} | no_limits
 
 
 @pytest.mark.parametrize(("call", "message"), [

@@ -184,6 +184,6 @@ def test_periodic_refuses_bad_values_in_one_line(
 def test_periodic_goes_above_task() -> None:
     q = Queue(dsn="postgresql://nobody@127.0.0.1:1/none")
     with pytest.raises(ConfigurationError, match=r"place it above @q\.task"):
-        @q.task(name="upside_down")
-        @q.periodic("@daily")  # type: ignore[arg-type]
+        @q.task(name="upside_down")  # type: ignore[type-var]
+        @q.periodic("@daily")
         def upside_down() -> None: ...

@@ -131,8 +131,9 @@ def test_bad_task_options_fail_at_decoration(
 def test_option_sets() -> None:
     assert sorted(TASK_OPTIONS) == ["max_attempts", "priority", "queue", "result_ttl",
                                     "retry_intervals", "timeout"]
-    assert sorted(ENQUEUE_OPTIONS) == ["conn", "idempotency_key", "max_attempts", "meta",
-                                       "priority", "queue", "result_ttl", "run_at", "run_in",
+    assert sorted(ENQUEUE_OPTIONS) == ["concurrency_key", "conn", "cost", "idempotency_key",
+                                       "max_attempts", "meta", "priority", "queue",
+                                       "rate_limit_key", "result_ttl", "run_at", "run_in",
                                        "timeout"]
 
 

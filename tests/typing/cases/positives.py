@@ -1,0 +1,45 @@
+"""Calls that must type-check without a single error or ``type: ignore``."""
+
+from __future__ import annotations
+
+from typing import Any, assert_type
+
+from pgqueue import Job, TaskSignature
+from pgqueue.task import EnqueuedJobs
+
+from .tasks import add, any_first, ctx_first, ctx_last, nightly, send, takes_anything, untyped
+
+
+def sync_calls(conn: Any) -> None:
+    assert_type(add.enqueue(1), Job)
+    assert_type(add.enqueue(1, 2), Job)
+    assert_type(add.enqueue(a=1, b=2), Job)
+    assert_type(add.using(priority=5, run_in=30).enqueue(1, b=2), Job)
+    assert_type(add.using(conn=conn).enqueue(1), Job)
+    # The ctx parameter is the worker's to pass, not the caller's.
+    assert_type(ctx_first.enqueue(42), Job)
+    assert_type(ctx_first.enqueue(order_id=42), Job)
+    # JobContext elsewhere than first: enqueue is not checked (runtime checks it).
+    assert_type(ctx_last.enqueue(42), Job)
+    assert_type(ctx_last.enqueue(order_id=42), Job)
+    # Parameters typed object or Any, or not typed: any argument.
+    takes_anything.enqueue({"any": ["json"]})
+    untyped.enqueue(1, 2)
+    any_first.enqueue("x", 2)
+    assert_type(nightly.enqueue(), Job)
+    # Direct calls run the function: its own signature and return type.
+    assert_type(add(1, 2), int)
+    assert_type(ctx_last(1, None), str)
+    # Workflow steps and batches.
+    assert_type(add.s(1), TaskSignature)
+    assert_type(add.using(priority=1).s(1, 2), TaskSignature)
+    assert_type(add.enqueue_many([(1, 2), (3,), {"a": 4}]), EnqueuedJobs)
+
+
+async def async_calls(conn: Any) -> None:
+    assert_type(await send.enqueue_async("a@example.com", subject="hi"), Job)
+    assert_type(await send.using(conn=conn).enqueue_async("a@x", subject="s", cc=["b@x"]),
+                Job)
+    assert_type(await add.enqueue_async(1), Job)
+    assert_type(await ctx_first.enqueue_async(1), Job)
+    assert_type(await add.enqueue_many_async([(1,)]), EnqueuedJobs)
