@@ -80,7 +80,8 @@ def worker(
                           "--concurrency slots, connections and workers row (auto: one per "
                           "CPU): for CPU-bound tasks, which share one core in one process. "
                           "A child that dies is restarted and its jobs go back to the "
-                          "queue at once; SIGTERM drains every child (default: one "
+                          "queue at once; SIGTERM drains every child; with "
+                          "--metrics-port P, child i serves on P+i (default: one "
                           "process, no supervisor)."),
     ] = None,
     queues: Annotated[
@@ -179,6 +180,11 @@ def worker(
     }
     settings = {name: value for name, value in given.items() if value is not None}
     count = _process_count(processes)
+    if count is not None and metrics_port and metrics_port + count - 1 > 65535:
+        raise typer.BadParameter(
+            f"{metrics_port}: with --processes {count} the children serve metrics on "
+            f"{metrics_port} to {metrics_port + count - 1}; give a port up to "
+            f"{65536 - count}", param_hint="'--metrics-port'")
     queue = load_queue(app)
     # Validate every option before touching the database (or starting an embedded one).
     checked = queue.worker_settings(**settings, burst=burst)
@@ -208,7 +214,8 @@ def _process_count(value: str | None) -> int | None:
 
 
 # Options a child gets from the supervisor itself rather than from its command line.
-_NOT_PASSED_ON = frozenset({"processes", "id_suffix", "dsn", "embedded", "schema"})
+_NOT_PASSED_ON = frozenset({"processes", "id_suffix", "dsn", "embedded", "schema",
+                            "metrics_port"})
 
 
 def child_command(ctx: typer.Context, context: CliContext) -> Callable[[int, str], list[str]]:
@@ -238,9 +245,14 @@ def child_command(ctx: typer.Context, context: CliContext) -> Callable[[int, str
         options.append("--embedded")
     if context.schema is not None:
         options += ["--schema", context.schema]
+    # One metrics endpoint per child, each a scrape target of its own: child i serves on
+    # P + i (0 stays 0: every child picks a free port).
+    port: int | None = ctx.params.get("metrics_port")
 
     def command(slot: int, suffix: str) -> list[str]:
-        return [sys.executable, "-m", "pgqueue.cli", "worker", *options, "--id-suffix", suffix]
+        own = [] if port is None else ["--metrics-port", str(port + slot if port else 0)]
+        return [sys.executable, "-m", "pgqueue.cli", "worker", *options, *own,
+                "--id-suffix", suffix]
 
     return command
 

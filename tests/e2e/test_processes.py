@@ -9,10 +9,13 @@ twice (exit 130 at once), and drain with ``--burst``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 import time
+import urllib.request
 
 from tests._polling import wait_until
 from tests.e2e._chaos import Processes, WorkerProcess, chaos_app, query, scalar
@@ -191,3 +194,42 @@ def test_burst_with_two_processes_drains_and_exits_0(
     started = re.findall(r"Worker (\S+) started: concurrency 4", supervisor.log())
     assert len(set(started)) == 2, supervisor.log()
 
+
+def _two_free_ports() -> int:
+    """A port P such that P and P + 1 are free on loopback (for two children)."""
+    for _ in range(50):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = int(first.getsockname()[1])
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no two consecutive free ports")
+
+
+def test_each_child_serves_health_on_its_own_port(chaos_dsn: str, processes: Processes) -> None:
+    dsn = chaos_dsn
+    port = _two_free_ports()
+    supervisor = processes.start_worker(dsn, extra=[*PROCESSES, "--metrics-port", str(port)],
+                                        wait_registered=False)
+    children = _wait_for_children(dsn, supervisor)
+
+    def healthy(child_port: int) -> dict[str, object] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{child_port}/healthz",
+                                        timeout=5) as answer:
+                return json.loads(answer.read()) if answer.status == 200 else None
+        except OSError:
+            return None
+
+    ids = set()
+    for child_port in (port, port + 1):
+        body = wait_until(lambda: healthy(child_port), timeout=30,  # noqa: B023
+                          message=f"/healthz on {child_port}\n{supervisor.log()}")
+        assert body is not None
+        ids.add(body["worker_id"])
+    assert ids == set(children.values())
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0, supervisor.log()

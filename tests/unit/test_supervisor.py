@@ -112,3 +112,29 @@ def test_how_a_child_ended_is_said_in_words() -> None:
     assert exit_description(1) == "exited with status 1"
     assert exit_description(-9) == "was killed by SIGKILL"
     assert exit_description(-200) == "was killed by signal 200"
+
+
+def test_child_i_serves_metrics_on_port_p_plus_i(started: dict[str, Any]) -> None:
+    result = CliRunner().invoke(app, ["worker", "-A", APP, "--dsn", DSN, "--processes", "3",
+                                      "--metrics-port", "9100"])
+    assert result.exit_code == 0, result.output
+    for slot in range(3):
+        child = _child(started, slot=slot)
+        assert child[child.index("--metrics-port") + 1] == str(9100 + slot)
+        assert child.count("--metrics-port") == 1
+
+
+def test_metrics_port_0_stays_0_in_every_child(started: dict[str, Any]) -> None:
+    result = CliRunner().invoke(app, ["worker", "-A", APP, "--dsn", DSN, "--processes", "2",
+                                      "--metrics-port", "0"])
+    assert result.exit_code == 0, result.output
+    assert _child(started, slot=1)[-2:] == ["--metrics-port", "0"]
+
+
+def test_metrics_ports_must_fit_below_65536(started: dict[str, Any]) -> None:
+    result = CliRunner().invoke(app, ["worker", "-A", APP, "--dsn", DSN, "--processes", "2",
+                                      "--metrics-port", "65535"])
+    assert result.exit_code == 2
+    assert "with --processes 2 the children serve metrics on 65535 to 65536; give a port " \
+           "up to 65534" in result.output
+    assert not started
