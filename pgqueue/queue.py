@@ -16,6 +16,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import dead_jobs, queues, schedules, workflows
+from pgqueue.bounds import short_repr
 from pgqueue.cron import parse_cron
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
@@ -31,7 +32,7 @@ from pgqueue.errors import (
     TaskNotFound,
 )
 from pgqueue.job import API_STATUSES, Job
-from pgqueue.operations import cancel_job, get_job, list_jobs, purge_queue
+from pgqueue.operations import JobPage, cancel_job, get_job, job_page, list_jobs, purge_queue
 from pgqueue.options import TASK_OPTIONS, JobOptions, queue_name, retry_intervals, task_name
 from pgqueue.queues import QUEUE_FULL, QueueInfo
 from pgqueue.schedules import SCHEDULE_OPTIONS, PeriodicSpec, ScheduleInfo, schedule_name
@@ -43,7 +44,7 @@ from pgqueue.settings import (
     resolve_schema,
     split_pool_mode,
 )
-from pgqueue.stats import QueueStats, WorkerInfo, list_workers, queue_stats
+from pgqueue.stats import Overview, QueueStats, WorkerInfo, list_workers, overview, queue_stats
 from pgqueue.task import Task
 from pgqueue.workflows import WorkflowHandle
 
@@ -401,16 +402,29 @@ class Queue:
         limit: int = 100,
     ) -> list[Job]:
         """Jobs newest first, optionally filtered by API status, queue and task."""
-        if status is not None and status not in API_STATUSES:
-            raise ConfigurationError(
-                f"unknown status {status!r}; use one of {', '.join(API_STATUSES)}"
-            )
-        if limit < 1:
-            raise ConfigurationError(f"invalid limit {limit}: use a positive number")
+        _check_listing(status, limit)
         rows = self.run_plan(
             list_jobs(self.queries, status=status, queue=queue, task=task, limit=limit)
         )
         return [Job.from_row(row, self) for row in rows]
+
+    def job_page(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """Like :meth:`list_jobs`, one page at a time: pass the page's ``next_cursor`` to
+        get the next (keyset pagination: a deep page costs what the first does)."""
+        _check_listing(status, limit)
+        page = self.run_plan(job_page(self.queries, status=status, queue=queue, task=task,
+                                      limit=limit, cursor=cursor))
+        for job in page.jobs:
+            job._queue = self
+        return page
 
     def get_workflow(self, workflow_id: int) -> WorkflowHandle | None:
         """The workflow with this id (the id of its first step), or None once its last
@@ -505,6 +519,11 @@ class Queue:
         """Worker processes (alive, or expired and about to be removed), oldest first."""
         return self.run_plan(list_workers(self.queries, now=datetime.now(UTC)))
 
+    def overview(self) -> Overview:
+        """The dashboard's overview: per queue its unfinished and dead jobs (from indexes,
+        cheap on a large table), and the worker processes."""
+        return self.run_plan(overview(self.queries, now=datetime.now(UTC)))
+
     # -- schema ---------------------------------------------------------------------------
 
     def migrate(self) -> migrations.MigrationResult:
@@ -538,6 +557,16 @@ class Queue:
         from pgqueue.worker.settings import WorkerSettings
 
         return WorkerSettings(**settings)
+
+
+def _check_listing(status: str | None, limit: int) -> None:
+    """A job list's filters, checked before any query: one-line errors."""
+    if status is not None and status not in API_STATUSES:
+        raise ConfigurationError(
+            f"unknown status {short_repr(status)}; use one of {', '.join(API_STATUSES)}"
+        )
+    if limit < 1:
+        raise ConfigurationError(f"invalid limit {limit}: use a positive number")
 
 
 def _queue_full(exc: psycopg.Error) -> QueueFull | None:
