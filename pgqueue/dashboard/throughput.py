@@ -1,0 +1,61 @@
+"""The overview's throughput chart: jobs finished per minute over the last hour, drawn as
+a small inline SVG (no script, no library).
+
+The counts come from the per-minute table the workers keep (``job_counts``), which
+survives the pruning of finished rows. Until that table exists, :func:`chart` returns
+None and the overview leaves the chart out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from markupsafe import Markup, escape
+
+from pgqueue import Queue
+
+WIDTH: Final = 600
+HEIGHT: Final = 90
+
+
+@dataclass(frozen=True)
+class Minute:
+    """One bar: jobs that succeeded and that failed (retried, died) in one minute."""
+
+    start: datetime
+    succeeded: int
+    failed: int
+
+
+def chart(queue: Queue, now: datetime) -> Markup | None:
+    """The chart for the last hour before ``now``, or None without per-minute counts."""
+    return None
+
+
+def svg(minutes: Sequence[Minute]) -> Markup:
+    """Stacked bars, one per minute, succeeded below failed; each with a tooltip."""
+    peak = max((m.succeeded + m.failed for m in minutes), default=0) or 1
+    slot = WIDTH / max(len(minutes), 1)
+    bars = []
+    for index, minute in enumerate(minutes):
+        x = index * slot
+        ok = minute.succeeded / peak * (HEIGHT - 12)
+        bad = minute.failed / peak * (HEIGHT - 12)
+        title = escape(f"{minute.start:%H:%M} UTC: {minute.succeeded} succeeded, "
+                       f"{minute.failed} failed")
+        bars.append(
+            f'<g><title>{title}</title>'
+            f'<rect class="ok" x="{x + 1:.1f}" y="{HEIGHT - ok:.1f}" '
+            f'width="{max(slot - 2, 1):.1f}" height="{ok:.1f}"/>'
+            f'<rect class="bad" x="{x + 1:.1f}" y="{HEIGHT - ok - bad:.1f}" '
+            f'width="{max(slot - 2, 1):.1f}" height="{bad:.1f}"/></g>'
+        )
+    label = f'<text x="2" y="10" class="peak">{peak}/min</text>'
+    return Markup(  # noqa: S704 (every value above is a number or escaped)
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
+        f'role="img" aria-label="jobs finished per minute, last hour">'
+        f'{"".join(bars)}{label}</svg>'
+    )
