@@ -24,6 +24,10 @@ def dashboard(
     port: Annotated[
         int, typer.Option("--port", min=0, max=65535, metavar="PORT", help="Port to listen on.")
     ] = 8080,
+    refresh: Annotated[
+        float, typer.Option("--refresh", min=0.5, metavar="SECONDS",
+                            help="How often open pages update their live part.")
+    ] = 3.0,
 ) -> None:
     """Serve the web dashboard, its JSON API, /metrics and /healthz.
 
@@ -46,7 +50,7 @@ def dashboard(
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     with context.session() as queue:
-        app = create_app(queue, access)
+        app = create_app(queue, access, refresh_seconds=refresh)
         where = f"[{host}]" if ":" in host else host
         typer.echo(f"pgqueue dashboard on http://{where}:{port}/ (Ctrl-C stops it)"
                    + ("; token required" if token else ""), err=True)
