@@ -20,6 +20,7 @@ from . import (
     dead,
     demo,
     enqueue,
+    health,
     jobs,
     migrate,
     monitoring,
@@ -111,6 +112,7 @@ app.add_typer(workflows.app, name="workflows")
 app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
 dashboard.register(app)
+health.register(app)
 roles.register(app)
 demo.register(app)
 

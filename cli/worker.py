@@ -108,6 +108,19 @@ def worker(
                            help="Do not LISTEN; poll every --poll-interval instead (a job "
                                 "then waits up to that long to start).")
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", metavar="P", show_default=False, min=0, max=65535,
+                     help="Serve Prometheus metrics at /metrics and a health check at "
+                          "/healthz (200, or 503 while starting, failing heartbeats or "
+                          "draining) on this port; needs pgqueue[metrics]."),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option("--metrics-host", metavar="ADDRESS", show_default=False,
+                     help="Address for --metrics-port (default 127.0.0.1; 0.0.0.0 for a "
+                          "scraper or probe from outside the host or pod)."),
+    ] = None,
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", "-l", case_sensitive=False, help="Log threshold.")
     ] = LogLevel.info,
@@ -139,6 +152,8 @@ def worker(
         "log_succeeded": log_succeeded or None,
         "listen_dsn": listen_dsn,
         "listen": False if no_listen else None,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
     }
     settings = {name: value for name, value in given.items() if value is not None}
     queue = load_queue(app)

@@ -44,7 +44,16 @@ from pgqueue.settings import (
     resolve_schema,
     split_pool_mode,
 )
-from pgqueue.stats import Overview, QueueStats, WorkerInfo, list_workers, overview, queue_stats
+from pgqueue.stats import (
+    Overview,
+    QueueStats,
+    ThroughputPoint,
+    WorkerInfo,
+    list_workers,
+    overview,
+    queue_stats,
+    throughput,
+)
 from pgqueue.task import Task
 from pgqueue.workflows import WorkflowHandle
 
@@ -523,6 +532,13 @@ class Queue:
         """The dashboard's overview: per queue its unfinished and dead jobs (from indexes,
         cheap on a large table), and the worker processes."""
         return self.run_plan(overview(self.queries, now=datetime.now(UTC)))
+
+    def throughput(self, *, minutes: int = 60, queue: str | None = None,
+                   task: str | None = None) -> list[ThroughputPoint]:
+        """Job outcomes per minute, queue and outcome over the last ``minutes`` minutes
+        (from ``job_counts``, which outlives the pruning of finished jobs)."""
+        return self.run_plan(throughput(self.queries, minutes=minutes, queue=queue,
+                                        task=task))
 
     # -- schema ---------------------------------------------------------------------------
 

@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pgqueue.db.plans import Plan, Row, Statement
 from pgqueue.db.queries import Queries
+from pgqueue.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 T = TypeVar("T", bound="DataclassInstance")
 
-__all__ = ["Overview", "QueueOverview", "QueueStats", "WorkerInfo", "WorkerStatus",
-           "list_workers", "overview", "queue_stats"]
+__all__ = [
+    "Overview", "QueueOverview", "QueueStats", "ThroughputPoint", "WorkerInfo", "WorkerStatus",
+    "list_workers", "overview", "queue_stats", "throughput",
+]
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,46 @@ def overview(queries: Queries, *, now: datetime) -> Plan[Overview]:
     rows = yield Statement(queries.overview_counts, {}, fetch="all")
     workers = yield from list_workers(queries, now=now)
     return Overview([_build(QueueOverview, row) for row in rows], workers, now)
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    """How many jobs of one queue had one outcome in one minute, over every worker (and
+    every task, unless the plan was asked for one).
+
+    ``outcome`` is ``succeeded``, ``failed`` (an attempt failed; the job runs again),
+    ``dead``, ``cancelled`` or ``snoozed``. Read from ``job_counts``, which workers fill
+    at each heartbeat (so the current minute lags by up to one heartbeat interval) and
+    which outlives the pruning of finished jobs.
+    """
+
+    minute: datetime  # the start of the minute
+    queue: str
+    outcome: str
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (``minute`` in ISO 8601)."""
+        return {"minute": self.minute.isoformat(), "queue": self.queue,
+                "outcome": self.outcome, "count": self.count}
+
+
+def throughput(
+    queries: Queries, *, minutes: int = 60, queue: str | None = None,
+    task: str | None = None,
+) -> Plan[list[ThroughputPoint]]:
+    """Outcomes per minute over the last ``minutes`` minutes (the current one included),
+    by queue (only ``queue`` when given) and outcome, oldest first; of every task, or of
+    ``task`` only.
+
+    Sparse: a minute, queue and outcome with no job has no point (a chart fills zeros).
+    """
+    if not 1 <= minutes <= 7 * 24 * 60:
+        raise ConfigurationError(f"minutes must be between 1 and {7 * 24 * 60} (7 days), "
+                         f"got {minutes!r}")
+    params = {"minutes": minutes, "queue": queue, "task": task}
+    rows = yield Statement(queries.select_throughput, params, fetch="all")
+    return [_build(ThroughputPoint, row) for row in rows]
 
 
 def _build(kind: type[T], row: Row) -> T:

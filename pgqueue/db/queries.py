@@ -662,6 +662,54 @@ class Queries:
          WHERE id NOT IN (SELECT id FROM extended)
     """)
     delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
+    # -- Health (pgqueue/health.py: pgq health, probes) ----------------------------------
+    # Workers whose lease runs (alive), and per queue that is not paused the age of its
+    # oldest ready job: the queued rows only (the claim index's partial rows).
+    select_health = _Plain("""
+        SELECT (SELECT count(*) FROM {schema}.workers WHERE lease_expires_at > now())
+                   AS live_workers,
+               ARRAY(SELECT name FROM {schema}.queues WHERE paused ORDER BY name)
+                   AS paused_queues
+    """)
+    select_oldest_ready = _Plain("""
+        SELECT j.queue, extract(epoch FROM now() - min(j.run_at))::float8 AS age_seconds
+          FROM {schema}.jobs j
+         WHERE j.status = 'queued' AND j.run_at <= now()
+           AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+         GROUP BY j.queue
+         ORDER BY age_seconds DESC, j.queue
+    """)
+    # -- Throughput counts (revision 0011_job_counts; pgqueue/worker/counts.py) ---------
+    # A worker's outcome counts since its last flush, added to its own rows (one per
+    # minute, queue, task and outcome): no other worker writes them, so this never waits.
+    record_job_counts = _Plain("""
+        INSERT INTO {schema}.job_counts AS c (minute, queue, task, outcome, worker_id, count)
+        SELECT minute, queue, task, outcome, %(worker_id)s, count
+          FROM unnest(%(minutes)s::timestamptz[], %(queues)s::text[], %(tasks)s::text[],
+                      %(outcomes)s::text[], %(counts)s::bigint[])
+               AS t(minute, queue, task, outcome, count)
+        ON CONFLICT (minute, queue, task, outcome, worker_id) DO UPDATE
+           SET count = c.count + EXCLUDED.count
+    """)
+    # Counts past their retention (maintenance, with the pruner): a range of the primary
+    # key's first column.
+    prune_job_counts = _Plain("""
+        DELETE FROM {schema}.job_counts
+         WHERE minute < now() - make_interval(secs => %(retention)s)
+    """)
+    # Outcomes per minute and queue over the last %(minutes)s minutes (this one
+    # included), summed over tasks (or of one task) and workers; only minutes with
+    # outcomes have rows.
+    select_throughput = _Plain("""
+        SELECT minute, queue, outcome, sum(count)::bigint AS count
+          FROM {schema}.job_counts
+         WHERE minute >= date_trunc('minute', now())
+                         - make_interval(mins => %(minutes)s - 1)
+           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+           AND (%(task)s::text IS NULL OR task = %(task)s::text)
+         GROUP BY minute, queue, outcome
+         ORDER BY minute, queue, outcome
+    """)
     select_workers = _Plain("""
         SELECT id, hostname, pid, queues, concurrency, stuck, started_at, last_heartbeat_at,
                lease_expires_at

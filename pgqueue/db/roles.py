@@ -59,23 +59,27 @@ TABLE_PRIVILEGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
     # workflows, workflow_edges: an enqueue of a workflow inserts into both; the triggers
     # of 0007_workflows, run by whoever finishes, kills or deletes a step (the worker
     # role), update edges and delete workflows.
+    # job_counts (0011_job_counts): each worker upserts its outcome counts at every
+    # heartbeat and maintenance deletes those past their retention; the monitor role reads
+    # them (throughput), an enqueue-only role has no use for them.
     # schedules: workers declare code schedules and advance next_run_at at each tick;
     # pgq periodic add|remove|pause|resume write it (run by the worker role).
     "worker": {
         "jobs": _READ_WRITE, "dead_jobs": _READ_WRITE, "workers": _READ_WRITE,
         "queues": ("SELECT", "INSERT", "UPDATE"), "schedules": _READ_WRITE,
         "job_steps": _READ_WRITE, "alembic_version": _READ, "workflows": _READ_WRITE,
-        "workflow_edges": _READ_WRITE,
+        "workflow_edges": _READ_WRITE, "job_counts": _READ_WRITE,
     },
     "web": {
         "jobs": ("SELECT", "INSERT"), "dead_jobs": _READ, "workers": (), "queues": (),
         "schedules": (), "job_steps": (), "alembic_version": _READ,
         "workflows": ("SELECT", "INSERT"), "workflow_edges": ("SELECT", "INSERT"),
+        "job_counts": (),
     },
     "monitor": {
         "jobs": _READ, "dead_jobs": _READ, "workers": _READ, "queues": _READ,
         "schedules": _READ, "job_steps": _READ, "alembic_version": _READ,
-        "workflows": _READ, "workflow_edges": _READ,
+        "workflows": _READ, "workflow_edges": _READ, "job_counts": _READ,
     },
 }
 

@@ -42,8 +42,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from pgqueue.settings import validate_schema_name
 
 __all__ = [
-    "build_metadata", "dead_jobs", "job_steps", "jobs", "metadata", "queues", "schedules",
-    "workers", "workflow_edges", "workflows",
+    "build_metadata", "dead_jobs", "job_counts", "job_steps", "jobs", "metadata", "queues",
+    "schedules", "workers", "workflow_edges", "workflows",
 ]
 
 _TIMESTAMPTZ = TIMESTAMP(timezone=True)
@@ -389,9 +389,35 @@ def _job_steps(metadata: MetaData, schema: str) -> Table:
     )
 
 
+def _job_counts(metadata: MetaData, schema: str) -> Table:
+    # Per-worker rows (0011_job_counts): each worker upserts only its own, so workers
+    # never wait for each other; readers sum over worker_id.
+    return Table(
+        "job_counts",
+        metadata,
+        Column("minute", _TIMESTAMPTZ, nullable=False,
+               comment="The start of the minute the outcomes were recorded in."),
+        Column("queue", Text, nullable=False),
+        Column("task", Text, nullable=False),
+        Column("outcome", Text, nullable=False,
+               comment="succeeded, failed (an attempt failed, the job retries), dead, "
+                       "cancelled or snoozed."),
+        Column("worker_id", Text, nullable=False,
+               comment="The worker that recorded the outcomes (workers.id while it runs)."),
+        Column("count", BigInteger, nullable=False),
+        PrimaryKeyConstraint("minute", "queue", "task", "outcome", "worker_id",
+                             name="job_counts_pkey"),
+        CheckConstraint("count >= 0", name="job_counts_count_check"),
+        schema=schema,
+        comment="pgqueue throughput: job outcomes per minute, queue, task and worker, kept 7 days "
+                "after the jobs themselves are pruned.",
+    )
+
+
 def build_metadata(schema: str = "pgqueue") -> MetaData:
     """A fresh ``MetaData`` holding ``jobs``, ``dead_jobs``, ``workers``, ``queues``,
-    ``workflows``, ``workflow_edges``, ``schedules`` and ``job_steps`` in ``schema``.
+    ``workflows``, ``workflow_edges``, ``schedules``, ``job_steps`` and ``job_counts`` in
+    ``schema``.
 
     Look the tables up with ``metadata.tables[f"{schema}.jobs"]``.
     """
@@ -405,6 +431,7 @@ def build_metadata(schema: str = "pgqueue") -> MetaData:
     _workflow_edges(metadata, schema)
     _schedules(metadata, schema)
     _job_steps(metadata, schema)
+    _job_counts(metadata, schema)
     return metadata
 
 
@@ -417,3 +444,4 @@ workflows = metadata.tables["pgqueue.workflows"]
 workflow_edges = metadata.tables["pgqueue.workflow_edges"]
 schedules = metadata.tables["pgqueue.schedules"]
 job_steps = metadata.tables["pgqueue.job_steps"]
+job_counts = metadata.tables["pgqueue.job_counts"]

@@ -6,7 +6,8 @@ rows it returns are the jobs the database still gives us: a running execution mi
 from them, or held under another lease token, lost its lease (another worker may be
 running it now) and is stopped; one with ``cancel_requested`` set is cancelled. While
 heartbeats fail the worker is *unhealthy* and claims nothing new: it cannot promise to
-keep a lease it cannot renew.
+keep a lease it cannot renew. After the leases, it adds the outcomes the worker counted
+since the last beat to ``job_counts`` (``worker/counts.py``), when there are any.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pgqueue.db.queries import Queries
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Connect, answered
+from pgqueue.worker.counts import OutcomeCounts
 from pgqueue.worker.executor import Execution
 from pgqueue.worker.service import Service
 
@@ -43,6 +45,7 @@ class Heartbeat(Service):
         on_lease_lost: Callable[[Execution], None],
         on_cancel_requested: Callable[[Execution], None],
         stuck: Callable[[], int] = lambda: 0,
+        counts: OutcomeCounts | None = None,
     ) -> None:
         self.lease = lease
         self.interval = timings.heartbeat_interval(lease)
@@ -56,6 +59,7 @@ class Heartbeat(Service):
         self._on_lease_lost = on_lease_lost
         self._on_cancel_requested = on_cancel_requested
         self._stuck = stuck
+        self._counts = counts
         self.last_success = time.monotonic()
         self.failing_since: float | None = None
 
@@ -103,6 +107,9 @@ class Heartbeat(Service):
                 self._on_lease_lost(execution)
             elif state.cancel_requested:
                 self._on_cancel_requested(execution)
+        if self._counts:
+            # Throughput (job_counts): what this worker recorded since the last beat.
+            await self._counts.write(conn, self._queries, self._params["worker_id"])
 
     def failed(self, error: str, delay: float) -> str:
         if self.failing_since is None:

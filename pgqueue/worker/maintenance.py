@@ -9,6 +9,7 @@ fighting over them.
   attempts are spent. With the default 1 s interval a lease is rescued within lease + ~1 s.
 * Pruner (every ``prune_interval``): succeeded and cancelled rows past ``result_ttl``,
   with their checkpointed steps (``job_steps``).
+* Old counts (with the pruner): ``job_counts`` rows older than ``counts.RETENTION``.
 * Stale workers: ``workers`` rows whose own lease ran out more than ``grace`` ago.
 * Lost results (with the pruner): a workflow step marked succeeded by
   ``ctx.transaction()`` whose worker died before recording its value gets null, so the
@@ -31,6 +32,7 @@ from pgqueue.db.queries import RESULT_GRACE, Queries
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Connect
+from pgqueue.worker.counts import RETENTION
 from pgqueue.worker.service import Service
 
 logger = logging.getLogger("pgqueue.worker")
@@ -117,6 +119,7 @@ class Maintenance(Service):
             logger.warning("%d workflow step(s) lost their return value (their worker stopped "
                            "just after ctx.transaction() committed): the steps after them "
                            "receive null.", settled.rowcount)
+        await conn.execute(self._queries.prune_job_counts, {"retention": RETENTION})
         stale = await self._queries.delete_stale_workers.all(
             conn, {"grace": self.stale_worker_grace})
         for worker in stale:

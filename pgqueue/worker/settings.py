@@ -61,6 +61,13 @@ class WorkerSettings(BaseModel):
     # Where the listener connects when the worker's DSN leads to a pooler in transaction
     # mode, which cannot deliver notifications: PostgreSQL itself, or a session pooler.
     listen_dsn: str | None = None
+    # Serve Prometheus metrics at /metrics and a health check at /healthz on this port
+    # (pgqueue/metrics.py; needs the pgqueue[metrics] extra). None: no endpoint, and no
+    # metric is kept. 0: any free port (logged).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # The address the endpoint binds: loopback by default; 0.0.0.0 for a scraper or a
+    # Kubernetes probe from outside the host or pod.
+    metrics_host: str = "127.0.0.1"
 
     @property
     def allowance(self) -> int:

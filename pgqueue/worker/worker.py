@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgqueue.db.migrate import check_schema_async
 from pgqueue.db.names import notify_channel
@@ -33,6 +33,7 @@ from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.connections import CLAIMS, COMPLETIONS, TaskConnections, WorkerConnections
+from pgqueue.worker.counts import OutcomeCounts
 from pgqueue.worker.executor import Execution, Executor
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
@@ -46,6 +47,8 @@ from pgqueue.worker.threads import DaemonThreadPool
 
 if TYPE_CHECKING:
     from pgqueue.db.queries import ClaimedJob
+    from pgqueue.metrics import WorkerMetrics
+    from pgqueue.metrics_server import MetricsServer
     from pgqueue.queue import Queue
 
 logger = logging.getLogger("pgqueue.worker")
@@ -94,6 +97,8 @@ class Worker:
             report_progress=self._report_progress, connections=self.task_connections,
             log_succeeded=settings.log_succeeded,
         )
+        # Outcomes by minute for job_counts, written by the heartbeat (worker/counts.py).
+        self.counts = OutcomeCounts()
         self.heartbeat = Heartbeat(
             connect=self.connections.link(), queries=queries, lease=settings.lease,
             registration={
@@ -102,7 +107,7 @@ class Worker:
             },
             running=lambda: list(self.executions.values()),
             on_lease_lost=self._lease_lost, on_cancel_requested=self._cancel_requested,
-            stuck=lambda: self.threads.stuck,
+            stuck=lambda: self.threads.stuck, counts=self.counts,
         )
         self.producer = Producer(
             connect=self.connections.link(CLAIMS), queries=queries, worker_id=self.id,
@@ -134,6 +139,12 @@ class Worker:
             schedules_changed=self.scheduler.wake if self.scheduler else lambda: None,
         ) if settings.listen else None
         self._registered = asyncio.Event()
+        # --metrics-port: metrics fed by the hooks below and an HTTP endpoint; None
+        # otherwise, and the hooks cost one comparison each.
+        self.metrics: WorkerMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        if settings.metrics_port is not None:
+            self.metrics, self.metrics_server = self._metrics_endpoint()
         # Started in this order and stopped in the reverse; the producer, which gives the
         # others work, starts last and stops first.
         self.services: list[Service] = [
@@ -141,6 +152,47 @@ class Worker:
                                     self.maintenance, self.scheduler, self.producer)
             if service is not None
         ]
+
+    def _metrics_endpoint(self) -> tuple[WorkerMetrics, MetricsServer]:
+        try:
+            from pgqueue.metrics import WorkerMetrics
+            from pgqueue.metrics_server import MetricsServer
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"--metrics-port (metrics_port) needs prometheus-client ({exc}): "
+                "pip install 'pgqueue[metrics]'") from None
+        metrics = WorkerMetrics(
+            running=lambda: len(self.executions) - len(self._waiting),
+            prefetched=lambda: len(self._waiting),
+            heartbeat_age=lambda: time.monotonic() - self.heartbeat.last_success,
+            stuck=lambda: self.threads.stuck, concurrency=self.settings.concurrency,
+        )
+        assert self.settings.metrics_port is not None
+        server = MetricsServer(host=self.settings.metrics_host, port=self.settings.metrics_port,
+                               registry=metrics.registry, health=self.health)
+        return metrics, server
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy (``GET /healthz`` answers 200) while the worker is registered, its
+        heartbeats succeed (it can reach the database and keep its leases) and it is not
+        shutting down; the body says what is wrong otherwise (503)."""
+        age = time.monotonic() - self.heartbeat.last_success
+        problems = []
+        if not self._registered.is_set():
+            problems.append("starting: not connected to the database and registered yet")
+        elif not self.heartbeat.healthy:
+            problems.append(f"heartbeats have failed for {age:.0f} s: the database is "
+                            "unreachable or too slow")
+        if self._stop.is_set():
+            problems.append("draining: shutting down, claiming no new jobs")
+        return not problems, {
+            "status": "unavailable" if problems else "ok",
+            "problems": problems,
+            "worker_id": self.id,
+            "heartbeat_age_seconds": round(age, 3),
+            "running": len(self.executions) - len(self._waiting),
+            "draining": self._stop.is_set(),
+        }
 
     @property
     def ready(self) -> asyncio.Event:
@@ -192,6 +244,8 @@ class Worker:
             # heartbeat told us. Stop that run now, or it would go on unseen: outside the
             # concurrency count and never released.
             self._lease_lost(stale)
+        if self.metrics is not None:
+            self.metrics.claimed(job)
         execution = self.executor.prepare(job)
         self.executions[job.id] = execution
         self._waiting.append(execution)
@@ -241,6 +295,8 @@ class Worker:
                          exc_info=error)
             return
         outcome = done.result()
+        if self.metrics is not None:
+            self.metrics.ended(execution, outcome)
         if outcome is not None:
             self.completer.submit(outcome)
 
@@ -262,8 +318,12 @@ class Worker:
         """Completer callback: a final outcome frees its job's place (see _free_slots); a
         job retried or snoozed for less than the poll interval wakes the producer when it
         is due (no NOTIFY is sent for a future run_at)."""
+        if self.metrics is not None:
+            self.metrics.recorded(outcome, recorded)
         if outcome.final:
             self.producer.slot_freed()
+            if recorded:
+                self.counts.add(outcome.queue, outcome.task, outcome.kind)
         if recorded and outcome.kind in ("retry", "snooze") and \
                 0 < outcome.delay < self.settings.poll_interval and self._loop is not None:
             self._loop.call_later(outcome.delay, self.producer.wake)
@@ -331,6 +391,18 @@ class Worker:
     async def run(self) -> int:
         """Run until stopped; returns the process exit status (0 for a clean stop)."""
         self._loop = asyncio.get_running_loop()
+        if self.metrics_server is None:
+            return await self._run()
+        # Up first, down last: /healthz says "starting" while the database is out of
+        # reach at start-up and "draining" during the shutdown.
+        await self.metrics_server.start()
+        try:
+            return await self._run()
+        finally:
+            await self.metrics_server.stop()
+
+    async def _run(self) -> int:
+        assert self._loop is not None
         await self._wait_for_database()
         self._registered.set()
         self._handles_signals = self.settings.install_signal_handlers
@@ -416,6 +488,8 @@ class Worker:
         try:
             conn = await asyncio.wait_for(self.connections.connect(), timings.DEREGISTER_TIMEOUT)
             try:
+                # The last outcomes' counts, then the row (the counts stay).
+                await self.counts.write(conn, self.queue.queries, self.id)
                 await conn.execute(self.queue.queries.delete_worker, {"worker_id": self.id})
             finally:
                 await conn.close()

@@ -102,8 +102,8 @@ def test_sqlalchemy_tables_match_the_migrated_database(dsn: str) -> None:
 @pytest.mark.parametrize("schema", ["custom_q"])
 def test_sqlalchemy_tables_match_under_a_custom_schema(dsn: str, schema: str) -> None:
     metadata = schema_module.build_metadata(schema)
-    assert sorted(metadata.tables) == [f"{schema}.dead_jobs", f"{schema}.job_steps",
-                                       f"{schema}.jobs", f"{schema}.queues",
+    assert sorted(metadata.tables) == [f"{schema}.dead_jobs", f"{schema}.job_counts",
+                                       f"{schema}.job_steps", f"{schema}.jobs", f"{schema}.queues",
                                        f"{schema}.schedules", f"{schema}.workers",
                                        f"{schema}.workflow_edges", f"{schema}.workflows"]
     assert _metadata_differences(dsn, schema, metadata) == []
@@ -118,6 +118,7 @@ def test_module_level_tables_are_the_default_schemas() -> None:
     assert schema_module.workflow_edges.fullname == "pgqueue.workflow_edges"
     assert schema_module.schedules.fullname == "pgqueue.schedules"
     assert schema_module.job_steps.fullname == "pgqueue.job_steps"
+    assert schema_module.job_counts.fullname == "pgqueue.job_counts"
     assert set(schema_module.metadata.tables) == {
         "pgqueue.jobs",
         "pgqueue.dead_jobs",
@@ -127,6 +128,7 @@ def test_module_level_tables_are_the_default_schemas() -> None:
         "pgqueue.workflow_edges",
         "pgqueue.schedules",
         "pgqueue.job_steps",
+        "pgqueue.job_counts",
     }
 
 
