@@ -49,6 +49,17 @@ def overview(request: Request) -> dict[str, Any]:
     return _queue(request).overview().to_dict()
 
 
+@router.get("/api/throughput", tags=["queues"],
+            summary="Job outcomes per minute, queue and outcome (from job_counts)")
+def throughput(request: Request,
+               minutes: Annotated[int, Query(ge=1, le=7 * 24 * 60)] = 60,
+               queue: QueueName = None, task: TaskName = None) -> dict[str, Any]:
+    """``{"throughput": [{minute, queue, outcome, count}]}``, oldest first; sparse (a
+    minute without outcomes has no point)."""
+    points = _queue(request).throughput(minutes=minutes, queue=queue, task=task)
+    return {"throughput": [point.to_dict() for point in points]}
+
+
 @router.get("/api/jobs", tags=["jobs"], summary="Jobs, newest first (pgq jobs list --json)")
 def jobs(request: Request, status: Status = None, queue: QueueName = None,
          task: TaskName = None, limit: Limit = 50, cursor: Cursor = None) -> dict[str, Any]:
@@ -153,5 +164,6 @@ def resume_schedule(request: Request, name: str) -> dict[str, Any]:
 def prometheus(request: Request) -> Response:
     """Queue depth by status, oldest ready job's age and dead jobs per queue, and live
     workers, read from the database at scrape time (see ``dashboard.metrics``)."""
-    body, content_type = metrics.exposition(_queue(request).overview())
+    queue = _queue(request)
+    body, content_type = metrics.exposition(queue.overview(), queue.throughput(minutes=60))
     return Response(body, media_type=content_type)

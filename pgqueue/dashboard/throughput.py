@@ -1,24 +1,28 @@
 """The overview's throughput chart: jobs finished per minute over the last hour, drawn as
 a small inline SVG (no script, no library).
 
-The counts come from the per-minute table the workers keep (``job_counts``), which
-survives the pruning of finished rows. Until that table exists, :func:`chart` returns
-None and the overview leaves the chart out.
+The counts come from the per-minute table the workers keep (``job_counts``, revision
+0011_job_counts, read by the plan ``stats.throughput``), which survives the pruning of
+finished rows. A minute no worker reported is a zero bar.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final
 
 from markupsafe import Markup, escape
 
 from pgqueue import Queue
+from pgqueue.stats import ThroughputPoint
 
 WIDTH: Final = 600
 HEIGHT: Final = 90
+MINUTES: Final = 60
+# Outcomes drawn red: an attempt that failed (and will run again) and a job that died.
+FAILED: Final = frozenset({"failed", "dead"})
 
 
 @dataclass(frozen=True)
@@ -30,9 +34,26 @@ class Minute:
     failed: int
 
 
-def chart(queue: Queue, now: datetime) -> Markup | None:
-    """The chart for the last hour before ``now``, or None without per-minute counts."""
-    return None
+def chart(queue: Queue, now: datetime) -> Markup:
+    """The chart of the hour up to ``now`` (the current minute last)."""
+    return svg(minutes(queue.throughput(minutes=MINUTES), now))
+
+
+def minutes(points: Sequence[ThroughputPoint], now: datetime, count: int = MINUTES
+            ) -> list[Minute]:
+    """One :class:`Minute` per minute of the last ``count`` (every queue summed), zeros
+    where no job finished."""
+    last = now.replace(second=0, microsecond=0)
+    starts = [last - timedelta(minutes=count - 1 - index) for index in range(count)]
+    succeeded = dict.fromkeys(starts, 0)
+    failed = dict.fromkeys(starts, 0)
+    for point in points:
+        if point.minute in succeeded:
+            if point.outcome == "succeeded":
+                succeeded[point.minute] += point.count
+            elif point.outcome in FAILED:
+                failed[point.minute] += point.count
+    return [Minute(start, succeeded[start], failed[start]) for start in starts]
 
 
 def svg(minutes: Sequence[Minute]) -> Markup:

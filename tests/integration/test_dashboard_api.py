@@ -171,6 +171,35 @@ def test_healthz_is_200_with_the_database_and_503_without(q: Queue, dsn: str) ->
     assert response.status_code == 503 and response.json()["status"] == "unavailable"
 
 
+def _count(dsn: str, minutes_ago: int, queue: str, outcome: str, count: int) -> None:
+    execute(dsn, "INSERT INTO pgqueue.job_counts (minute, queue, task, outcome, worker_id, count) "
+                 "VALUES (date_trunc('minute', now()) - make_interval(mins => %s), %s, 't', %s, "
+                 "'w1', %s)", (minutes_ago, queue, outcome, count))
+
+
+def test_throughput_api_metrics_and_chart(client: TestClient, dsn: str) -> None:
+    _count(dsn, 0, "email", "succeeded", 7)
+    _count(dsn, 3, "email", "failed", 2)
+    _count(dsn, 3, "email", "dead", 1)
+    _count(dsn, 90, "email", "succeeded", 1000)  # older than the hour: left out
+    points = client.get("/api/throughput").json()["throughput"]
+    assert [(p["outcome"], p["count"]) for p in points] == [
+        ("dead", 1), ("failed", 2), ("succeeded", 7)]
+    text = client.get("/metrics").text
+    assert 'pgqueue_job_outcomes_last_hour{outcome="succeeded",queue="email"} 7.0' in text
+    assert 'pgqueue_job_outcomes_last_hour{outcome="failed",queue="email"} 2.0' in text
+    page = client.get("/").text
+    bars = re.findall(r"<title>(\d\d:\d\d) UTC: (\d+) succeeded, (\d+) failed</title>", page)
+    assert len(bars) == 60
+    counts = [(int(ok), int(bad)) for _, ok, bad in bars]
+    # The current minute is last (or, if a minute began between the insert and the read,
+    # the one before): bars are in order, three minutes apart, and nothing else is drawn.
+    now_bar = max(i for i, c in enumerate(counts) if c == (7, 0))
+    assert now_bar >= 58 and counts[now_bar - 3] == (0, 3)
+    assert sum(ok + bad for ok, bad in counts) == 10
+    assert client.get("/api/throughput?minutes=0").status_code == 422
+
+
 # -- pages ----------------------------------------------------------------------------------
 
 
