@@ -63,8 +63,8 @@ def svg(minutes: Sequence[Minute]) -> Markup:
     bars = []
     for index, minute in enumerate(minutes):
         x = index * slot
-        ok = minute.succeeded / peak * (HEIGHT - 12)
-        bad = minute.failed / peak * (HEIGHT - 12)
+        ok = minute.succeeded / peak * (HEIGHT - 4)
+        bad = minute.failed / peak * (HEIGHT - 4)
         title = escape(f"{minute.start:%H:%M} UTC: {minute.succeeded} succeeded, "
                        f"{minute.failed} failed")
         bars.append(
@@ -74,9 +74,9 @@ def svg(minutes: Sequence[Minute]) -> Markup:
             f'<rect class="bad" x="{x + 1:.1f}" y="{HEIGHT - ok - bad:.1f}" '
             f'width="{max(slot - 2, 1):.1f}" height="{bad:.1f}"/></g>'
         )
-    label = f'<text x="2" y="10" class="peak">{peak}/min</text>'
     return Markup(  # noqa: S704 (every value above is a number or escaped)
         f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" preserveAspectRatio="none" '
-        f'role="img" aria-label="jobs finished per minute, last hour">'
-        f'{"".join(bars)}{label}</svg>'
+        f'role="img" aria-label="jobs finished per minute, last hour">{"".join(bars)}</svg>'
+        f'<div class="axis"><span>{len(minutes)} min ago</span>'
+        f'<span>peak {peak}/min</span><span>now</span></div>'
     )
