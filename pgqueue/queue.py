@@ -454,6 +454,10 @@ class Queue:
         """Dead jobs, most recently failed first."""
         return self.list_jobs(status="dead", queue=queue, limit=limit)
 
+    def dead_queues(self) -> dict[str, int]:
+        """Each queue that has dead jobs, and how many, by queue name."""
+        return self.run_plan(dead_jobs.dead_queue_counts(self.queries))
+
     def retry_dead(
         self, ids: Sequence[int] | None = None, *, queue: str | None = None
     ) -> DeadRetryResult:

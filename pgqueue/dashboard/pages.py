@@ -127,7 +127,7 @@ def dead(request: Request, queue: str | None = None, cursor: str | None = None) 
     next_url = None
     if page.next_cursor is not None:
         next_url = "/dead?" + urlencode(kept | {"cursor": page.next_cursor})
-    queues = [entry for entry in _queue(request).overview().queues if entry.dead]
+    queues = _queue(request).dead_queues()
     return render(request, "dead.html", {
         "page": "dead", "jobs": page.jobs, "queue": name, "queues": queues,
         "next_url": next_url, "first_url": "/dead?" + urlencode(kept) if cursor else None,

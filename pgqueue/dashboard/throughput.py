@@ -58,13 +58,14 @@ def minutes(points: Sequence[ThroughputPoint], now: datetime, count: int = MINUT
 
 def svg(minutes: Sequence[Minute]) -> Markup:
     """Stacked bars, one per minute, succeeded below failed; each with a tooltip."""
-    peak = max((m.succeeded + m.failed for m in minutes), default=0) or 1
+    peak = max((m.succeeded + m.failed for m in minutes), default=0)
+    scale = peak or 1  # an empty hour: flat bars
     slot = WIDTH / max(len(minutes), 1)
     bars = []
     for index, minute in enumerate(minutes):
         x = index * slot
-        ok = minute.succeeded / peak * (HEIGHT - 4)
-        bad = minute.failed / peak * (HEIGHT - 4)
+        ok = minute.succeeded / scale * (HEIGHT - 4)
+        bad = minute.failed / scale * (HEIGHT - 4)
         title = escape(f"{minute.start:%H:%M} UTC: {minute.succeeded} succeeded, "
                        f"{minute.failed} failed")
         bars.append(

@@ -1015,6 +1015,11 @@ class Queries:
           FROM summed c FULL JOIN {schema}.queues q ON q.name = c.queue
          ORDER BY 1
     """)
+    # Dead jobs per queue, by queue name (the dead jobs page's queue picker): an
+    # index-only scan of dead_jobs_queue_idx.
+    dead_queue_counts = _Plain("""
+        SELECT queue, count(*) AS dead FROM {schema}.dead_jobs GROUP BY queue ORDER BY queue
+    """)
     queue_stats = _Plain(_QUEUE_COUNTS + """
         SELECT COALESCE(live.queue, dead.queue) AS queue, """ + _COUNT_COLUMNS + """
           FROM live FULL JOIN dead ON live.queue = dead.queue
