@@ -58,7 +58,7 @@ def main(dsn: str) -> None:
                                "--queues", "email,reports", "--concurrency", "4"])
     dashboard = subprocess.Popen([PGQ, "dashboard", "--dsn", dsn, "--port", str(PORT)])
     try:
-        time.sleep(8)  # the worker runs what is ready and reports a heartbeat's counts
+        time.sleep(13)  # the worker runs what is ready and reports its counts (heartbeat)
         base = f"http://127.0.0.1:{PORT}"
         assert httpx.get(f"{base}/healthz").status_code == 200
         with sync_playwright() as playwright:
