@@ -8,6 +8,7 @@ token nothing but /healthz and the login form answers without it; writes are CSR
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -15,8 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from typer.testing import CliRunner
 
 from pgqueue import Queue
+from pgqueue.cli.app import app
 from pgqueue.dashboard import Access, create_app
 from pgqueue.dashboard.security import CSRF_COOKIE, SESSION_COOKIE
 from pgqueue.db.queries import for_schema
@@ -59,6 +62,21 @@ def test_stats_and_jobs_are_the_cli_objects(client: TestClient, q: Queue) -> Non
     assert listed["jobs"][0] == q.get_job(ids[1]).to_dict()  # type: ignore[union-attr]
     assert listed["next_cursor"] is None
     assert client.get(f"/api/jobs/{ids[0]}").json() == q.get_job(ids[0]).to_dict()  # type: ignore[union-attr]
+
+
+def test_cli_json_and_api_give_the_same_pages(client: TestClient, q: Queue, dsn: str) -> None:
+    """``pgq jobs list --json`` and ``GET /api/jobs`` print the same objects, page by page
+    (the same Queue.job_page underneath), and the CLI names the next page's cursor."""
+    ids = _jobs(q, 3, queue="cli")
+    api = client.get("/api/jobs", params={"queue": "cli", "limit": 2}).json()
+    listing = ["jobs", "list", "--dsn", dsn, "--queue", "cli", "--limit", "2"]
+    first = CliRunner().invoke(app, [*listing, "--json"])
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout) == api["jobs"]
+    table = CliRunner().invoke(app, listing)
+    assert f"add --cursor {api['next_cursor']} for the next page" in table.stdout
+    rest = CliRunner().invoke(app, [*listing, "--json", "--cursor", api["next_cursor"]])
+    assert [job["id"] for job in json.loads(rest.stdout)] == [ids[0]]
 
 
 def test_jobs_page_with_a_keyset_cursor_and_filters(client: TestClient, q: Queue) -> None:
