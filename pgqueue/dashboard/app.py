@@ -127,7 +127,7 @@ async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Resp
             status_code=401, headers={"WWW-Authenticate": "Bearer"},
         )
     if request.method not in ("GET", "HEAD", "OPTIONS") and authorization is None:
-        own = {f"{request.url.scheme}://{request.headers.get('host', '')}"}
+        own = {request.headers.get("host", "")}
         if cross_site(request.headers.get("origin"), request.headers.get("sec-fetch-site"),
                       own):
             return _refuse(request, "cross-site request refused")

@@ -114,13 +114,19 @@ class Access:
         return same_secret(session, self.session_value)
 
 
-def cross_site(origin: str | None, fetch_site: str | None, own_origins: Iterable[str]) -> bool:
+def cross_site(origin: str | None, fetch_site: str | None, own_hosts: Iterable[str]) -> bool:
     """Whether a write comes from another site, as far as the browser tells us.
 
     ``Sec-Fetch-Site`` is ``same-origin`` or ``none`` (typed in, a bookmark) for our own
-    pages; ``Origin`` is sent with every cross-origin request and every POST. A client
-    that sends neither (curl, a script) is not a browser acting for another site.
+    pages; ``Origin`` is sent with every cross-origin request and every POST, and must
+    name one of ``own_hosts`` (``host:port`` as the ``Host`` header has it; the scheme is
+    not compared, so that a proxy terminating TLS in front of the dashboard works). A
+    client that sends neither (curl, a script) is not a browser acting for another site.
     """
     if fetch_site is not None and fetch_site not in ("same-origin", "none"):
         return True
-    return origin is not None and origin not in set(own_origins)  # "null" too: sandboxed
+    if origin is None:
+        return False
+    scheme, _, netloc = origin.partition("://")  # "null" (a sandboxed page) has no netloc
+    return scheme not in ("http", "https") or netloc.lower() not in {
+        host.lower() for host in own_hosts}

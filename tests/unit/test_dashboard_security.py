@@ -57,10 +57,12 @@ def test_non_loopback_without_a_token_is_refused_in_one_line() -> None:
     (None, None, False), ("http://127.0.0.1:8080", "same-origin", False),
     (None, "none", False), ("https://evil.example", None, True), ("null", None, True),
     (None, "cross-site", True), (None, "same-site", True),
-    ("http://127.0.0.1:8080", "cross-site", True),
+    ("http://127.0.0.1:8080", "cross-site", True), ("https://127.0.0.1:8080", None, False),
+    ("http://127.0.0.1:9999", None, True), ("http://127.0.0.1", None, True),
+    ("file://127.0.0.1:8080", None, True),
 ])
 def test_cross_site(origin: str | None, fetch_site: str | None, refused: bool) -> None:
-    assert cross_site(origin, fetch_site, {"http://127.0.0.1:8080"}) is refused
+    assert cross_site(origin, fetch_site, {"127.0.0.1:8080"}) is refused
 
 
 def test_minutes_fill_an_hour_with_zeros_and_sum_queues() -> None:
