@@ -164,6 +164,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     for kind, status in _STATUS:
         app.add_exception_handler(kind, _handler(status))
     app.add_exception_handler(RequestValidationError, _invalid)
+    # A dashboard run as the read-only monitor role: its buttons say why they do nothing.
+    app.add_exception_handler(psycopg.errors.InsufficientPrivilege,
+                              _handler(403, "the dashboard's database role may not do this: "))
     app.add_exception_handler(psycopg.OperationalError, _handler(503, "database unavailable: "))
     app.add_exception_handler(psycopg_pool.PoolTimeout, _handler(503, "database unavailable: "))
 
