@@ -134,8 +134,9 @@ def test_refused_without_the_token(browser: Browser, dashboard: str) -> None:
         assert opened.request.get("/api/stats").status == 401
     finally:
         context.close()
+    no_token = {k: v for k, v in clean_environment().items() if k != "PGQUEUE_DASHBOARD_TOKEN"}
     refused = pgq("dashboard", "--dsn", "postgresql://x@127.0.0.1:1/x", "--host", "0.0.0.0",
-                  "--port", str(free_port()), timeout=30)
+                  "--port", str(free_port()), timeout=30, env=no_token)
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines() == [
         "error: refusing to serve the dashboard on 0.0.0.0, a non-loopback address, without "
