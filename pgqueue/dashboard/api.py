@@ -63,9 +63,10 @@ def throughput(request: Request,
 @router.get("/api/jobs", tags=["jobs"], summary="Jobs, newest first (pgq jobs list --json)")
 def jobs(request: Request, status: Status = None, queue: QueueName = None,
          task: TaskName = None, limit: Limit = 50, cursor: Cursor = None) -> dict[str, Any]:
-    """``{"jobs": [...], "next_cursor": ...}``; pass ``cursor`` for the next page."""
-    page = _queue(request).job_page(status=status, queue=queue, task=task, limit=limit,
-                                    cursor=cursor)
+    """``{"jobs": [...], "next_cursor": ...}``; pass ``cursor`` for the next page. An
+    empty filter (``?status=&queue=``) is no filter."""
+    page = _queue(request).job_page(status=status or None, queue=queue or None,
+                                    task=task or None, limit=limit, cursor=cursor or None)
     return page.to_dict()
 
 
@@ -88,8 +89,8 @@ def cancel(request: Request, job_id: int) -> dict[str, Any]:
 def dead(request: Request, queue: QueueName = None, task: TaskName = None,
          limit: Limit = 50, cursor: Cursor = None) -> dict[str, Any]:
     """``{"jobs": [...], "next_cursor": ...}`` of ``pgq dead list --json`` objects."""
-    page = _queue(request).job_page(status="dead", queue=queue, task=task, limit=limit,
-                                    cursor=cursor)
+    page = _queue(request).job_page(status="dead", queue=queue or None, task=task or None,
+                                    limit=limit, cursor=cursor or None)
     return page.to_dict()
 
 

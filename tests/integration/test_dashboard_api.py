@@ -61,6 +61,9 @@ def test_stats_and_jobs_are_the_cli_objects(client: TestClient, q: Queue) -> Non
     assert [job["id"] for job in listed["jobs"]] == ids[::-1]
     assert listed["jobs"][0] == q.get_job(ids[1]).to_dict()  # type: ignore[union-attr]
     assert listed["next_cursor"] is None
+    # The contract's own spelling: empty filters are no filters.
+    assert client.get("/api/jobs?status=&queue=").json()["jobs"] == listed["jobs"]
+    assert client.get("/api/dead?queue=&task=").json() == {"jobs": [], "next_cursor": None}
     assert client.get(f"/api/jobs/{ids[0]}").json() == q.get_job(ids[0]).to_dict()  # type: ignore[union-attr]
 
 
