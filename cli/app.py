@@ -27,6 +27,7 @@ from . import (
     periodic,
     queues,
     roles,
+    top,
     worker,
     workflows,
 )
@@ -113,6 +114,7 @@ app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
 dashboard.register(app)
 health.register(app)
+top.register(app)
 roles.register(app)
 demo.register(app)
 

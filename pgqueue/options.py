@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from pgqueue import tracing
 from pgqueue.bounds import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_INTEGER,
@@ -67,7 +68,9 @@ class JobOptions:
         return replace(self, **changes)
 
     def as_params(self) -> dict[str, Any]:
-        """Bind parameters shared by insert_job and insert_jobs."""
+        """Bind parameters shared by insert_job and insert_jobs (``meta`` with the current
+        span's trace context, when OpenTelemetry is installed: ``pgqueue/tracing.py``)."""
+        meta = tracing.with_trace_context(self.meta) if tracing.ENABLED else self.meta
         return {
             "queue": self.queue,
             "priority": self.priority,
@@ -75,7 +78,7 @@ class JobOptions:
             "run_in": self.run_in,
             "max_attempts": self.max_attempts,
             "idempotency_key": self.idempotency_key,
-            "meta": self.meta,
+            "meta": meta,
             "timeout": self.timeout,
             "result_ttl": self.result_ttl,
         }

@@ -8,6 +8,8 @@ each rule (what a Retry means, when a failure is final) lives in exactly one pla
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import time
 import traceback
@@ -15,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pgqueue import tracing
 from pgqueue.context import JobContext, TransactionSource
 from pgqueue.db.queries import ClaimedJob, Queries
 from pgqueue.errors import Discard, LeaseLost, Retry, Snooze
@@ -99,17 +102,29 @@ class Executor:
         return Execution(job, ctx, is_sync=task is not None and not task.is_async)
 
     async def run(self, execution: Execution) -> Outcome | None:
-        """Run one attempt; None means "nothing to record" (the lease was lost)."""
+        """Run one attempt; None means "nothing to record" (the lease was lost).
+
+        With OpenTelemetry installed, inside the attempt's span (``pgqueue/tracing.py``).
+        """
+        if not tracing.ENABLED or not tracing.active():
+            return await self._run(execution)
+        with tracing.attempt_span(execution.job) as span:
+            outcome = await self._run(execution)
+            tracing.record_outcome(span, outcome)
+            return outcome
+
+    async def _run(self, execution: Execution) -> Outcome | None:
         job = execution.job
         task = self.tasks.get(job.task)
         if task is None:
             known = ", ".join(sorted(self.tasks)) or "none"
-            return self._dead(job, f"unknown task {job.task!r}: no task of that name is "
+            return self._dead(execution, f"unknown task {job.task!r}: no task of that name is "
                                    f"registered in this worker (registered: {known})")
         try:
             args, kwargs = task.signature.decode(job.args, job.kwargs, context=execution.ctx)
         except Exception as exc:
-            return self._dead(job, f"cannot rebuild the arguments of task {job.task!r}: {exc}")
+            return self._dead(execution,
+                              f"cannot rebuild the arguments of task {job.task!r}: {exc}")
         try:
             result = await self._call(task, execution, args, kwargs)
         except asyncio.CancelledError as exc:
@@ -142,7 +157,11 @@ class Executor:
                 if timeout is None:
                     return await task.func(*args, **kwargs)
                 return await self._bounded(task.func(*args, **kwargs), execution, deadline)
-            future = self.threads.submit(lambda: task.func(*args, **kwargs))
+            call: Callable[[], Any] = functools.partial(task.func, *args, **kwargs)
+            if tracing.ENABLED and tracing.active():
+                # The attempt's span stays current in the thread (its spans are children).
+                call = functools.partial(contextvars.copy_context().run, call)
+            future = self.threads.submit(call)
             try:
                 async with deadline:
                     # shield: a timeout or shutdown stops our wait, not the thread's
@@ -194,10 +213,16 @@ class Executor:
         reason = execution.cancel_reason
         if reason == "lease_lost" or execution.ctx.lease_lost:
             logger.warning("Job %s (%s) lost its lease during attempt %s; its outcome is dropped.",
-                           job.id, job.task, job.attempt, extra=_extra(job))
+                           job.id, job.task, job.attempt,
+                           extra=_outcome_fields(execution, "lease_lost"))
             return None
         if reason == "shutdown":
+            logger.info("Job %s (%s): attempt %s stopped by the shutdown; back to the queue, "
+                        "the attempt given back.", job.id, job.task, job.attempt,
+                        extra=_outcome_fields(execution, "released"))
             return Outcome.of(job, "release")
+        logger.info("Job %s (%s) cancelled during attempt %s.", job.id, job.task, job.attempt,
+                    extra=_outcome_fields(execution, "cancelled"))
         return Outcome.of(job, "cancelled", error="cancelled while running")
 
     def _succeeded(self, execution: Execution, result: Any) -> Outcome | None:
@@ -207,15 +232,15 @@ class Executor:
         except TypeError as exc:
             if execution.ctx.completed_in_transaction:
                 logger.error("Job %s (%s): %s; the job stays succeeded without a result.",
-                             job.id, job.task, exc, extra=_extra(job))
+                             job.id, job.task, exc,
+                             extra=_outcome_fields(execution, "succeeded"))
                 return Outcome.of(job, "result")
             return self._final_or_retry(execution, str(exc), None)
         kind: OutcomeKind = "result" if execution.ctx.completed_in_transaction else "succeeded"
         if logger.isEnabledFor(self._succeeded_level):
-            duration = (time.monotonic() - execution.started) * 1000
+            fields = _outcome_fields(execution, "succeeded")
             logger.log(self._succeeded_level, "Job %s (%s) succeeded in %.1f ms.", job.id,
-                       job.task, duration,
-                       extra=_extra(job) | {"duration_ms": round(duration, 1)})
+                       job.task, fields["duration_ms"], extra=fields)
         return Outcome.of(job, kind, encoded)
 
     def _failed(
@@ -227,12 +252,15 @@ class Executor:
             return self._stopped(execution)
         if execution.ctx.completed_in_transaction:
             logger.warning("Job %s (%s) raised after ctx.transaction() committed; it stays "
-                           "succeeded.", job.id, job.task, exc_info=exc, extra=_extra(job))
+                           "succeeded.", job.id, job.task, exc_info=exc,
+                           extra=_outcome_fields(execution, "succeeded"))
             return Outcome.of(job, "result")
         if isinstance(exc, Snooze):
+            logger.info("Job %s (%s) snoozed for %g s; the attempt is given back.", job.id,
+                        job.task, exc.seconds, extra=_outcome_fields(execution, "snoozed"))
             return Outcome.of(job, "snooze", delay=exc.seconds)
         if isinstance(exc, Discard):
-            return self._dead(job, f"discarded: {exc.reason}")
+            return self._dead(execution, f"discarded: {exc.reason}")
         if isinstance(exc, Retry):
             reason = f"retry requested: {exc.reason}" if exc.reason else "retry requested"
             return self._final_or_retry(execution, reason, exc.delay)
@@ -251,19 +279,21 @@ class Executor:
         job = execution.job
         error = storable_text(error)
         if job.attempt >= job.max_attempts:
-            return self._dead(job, error)
+            return self._dead(execution, error)
         if delay is None:
             task = self.tasks.get(job.task)
             delay = retry_delay(job.attempt, task.retry_intervals if task else None)
         logger.warning("Job %s (%s) failed attempt %s of %s; retrying in %.1f s: %s",
                        job.id, job.task, job.attempt, job.max_attempts, delay,
-                       _last_line(error), extra=_extra(job))
+                       _last_line(error),
+                       extra=_outcome_fields(execution, "failed") | {"retry_in_s": delay})
         return Outcome.of(job, "retry", error=error, delay=delay)
 
-    def _dead(self, job: ClaimedJob, error: str) -> Outcome:
+    def _dead(self, execution: Execution, error: str) -> Outcome:
+        job = execution.job
         error = storable_text(error)
         logger.error("Job %s (%s) is dead after attempt %s: %s", job.id, job.task, job.attempt,
-                     _last_line(error), extra=_extra(job))
+                     _last_line(error), extra=_outcome_fields(execution, "dead"))
         return Outcome.of(job, "dead", error=error)
 
 
@@ -274,3 +304,10 @@ def _last_line(error: str) -> str:
 
 def _extra(job: ClaimedJob) -> dict[str, Any]:
     return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
+
+
+def _outcome_fields(execution: Execution, outcome: str) -> dict[str, Any]:
+    """The fields of the one line each attempt's outcome gets (``outcome`` is named as in
+    ``job_counts`` and the metrics, plus ``released`` and ``lease_lost``)."""
+    duration = (time.monotonic() - execution.started) * 1000
+    return _extra(execution.job) | {"outcome": outcome, "duration_ms": round(duration, 1)}

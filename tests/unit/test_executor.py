@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -411,3 +412,68 @@ async def test_a_cancelled_error_the_task_raises_itself_is_a_failure(
     assert outcome is not None
     assert outcome.kind == "retry"
     assert "CancelledError" in (outcome.error or "")
+
+
+# -- one log line per outcome, with its fields -------------------------------------------
+
+
+async def test_every_outcome_logs_one_line_with_structured_fields(
+    q: Queue, threads: DaemonThreadPool, caplog: pytest.LogCaptureFixture
+) -> None:
+    executor = Executor(tasks=q.tasks, worker_id="w", queries=for_schema("pgqueue"),
+                        threads=threads, report_progress=lambda job, value: None,
+                        connections=NoConnections(), log_succeeded=True)
+
+    @q.task(name="ok")
+    def ok() -> None:
+        time.sleep(0.01)
+
+    @q.task(name="boom")
+    async def boom() -> None:
+        raise ValueError("no")
+
+    @q.task(name="nap")
+    async def nap() -> None:
+        raise Snooze(5)
+
+    @q.task(name="gone")
+    async def gone() -> None:
+        raise Discard("enough")
+
+    jobs = [claimed("ok"), claimed("boom"), claimed("nap"), claimed("gone"),
+            claimed("boom", attempt=3, max_attempts=3), claimed("unknown")]
+    with caplog.at_level(logging.DEBUG, "pgqueue.worker"):
+        for job in jobs:
+            await run(executor, job)
+    records = [r for r in caplog.records if hasattr(r, "outcome")]
+    assert [(r.task, r.outcome, r.levelname) for r in records] == [  # type: ignore[attr-defined]
+        ("ok", "succeeded", "INFO"), ("boom", "failed", "WARNING"), ("nap", "snoozed", "INFO"),
+        ("gone", "dead", "ERROR"), ("boom", "dead", "ERROR"), ("unknown", "dead", "ERROR")]
+    for record, job in zip(records, jobs, strict=True):
+        fields = record.__dict__
+        assert (fields["job_id"], fields["queue"], fields["attempt"]) == (
+            job.id, "default", job.attempt)
+        assert isinstance(fields["duration_ms"], float)
+    assert records[0].__dict__["duration_ms"] >= 10
+    assert records[1].__dict__["retry_in_s"] > 0
+
+
+@pytest.mark.parametrize(("reason", "outcome"), [("cancelled", "cancelled"),
+                                                 ("shutdown", "released")])
+async def test_a_stopped_attempt_logs_its_outcome(
+    q: Queue, executor: Executor, caplog: pytest.LogCaptureFixture, reason: str, outcome: str
+) -> None:
+    @q.task(name="long")
+    async def long() -> None:
+        await asyncio.sleep(30)
+
+    execution = executor.prepare(claimed("long"))
+    task = asyncio.create_task(executor.run(execution))
+    execution.asyncio_task = task
+    await asyncio.sleep(0.05)
+    with caplog.at_level(logging.INFO, "pgqueue.worker"):
+        execution.stop(reason)  # type: ignore[arg-type]
+        await task
+    (record,) = [r for r in caplog.records if hasattr(r, "outcome")]
+    assert (record.outcome, record.levelname) == (outcome, "INFO")
+    assert record.__dict__["duration_ms"] >= 40
