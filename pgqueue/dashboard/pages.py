@@ -62,7 +62,7 @@ def overview(request: Request) -> Response:
     queue = _queue(request)
     data = queue.overview()
     return render(request, "overview.html", {
-        "page": "overview", "overview": data, "chart": throughput.chart(queue, data.now),
+        "page": "overview", "overview": data, "hour": throughput.last_hour(queue, data.now),
     })
 
 

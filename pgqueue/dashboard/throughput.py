@@ -34,9 +34,26 @@ class Minute:
     failed: int
 
 
-def chart(queue: Queue, now: datetime) -> Markup:
-    """The chart of the hour up to ``now`` (the current minute last)."""
-    return svg(minutes(queue.throughput(minutes=MINUTES), now))
+@dataclass(frozen=True)
+class LastHour:
+    """The last hour's outcomes: the chart, and per queue its succeeded and failed jobs."""
+
+    chart: Markup
+    by_queue: dict[str, tuple[int, int]]  # queue → (succeeded, failed or dead)
+
+
+def last_hour(queue: Queue, now: datetime) -> LastHour:
+    """The hour up to ``now`` (the current minute last), from one read of job_counts."""
+    points = queue.throughput(minutes=MINUTES)
+    by_queue: dict[str, tuple[int, int]] = {}
+    for point in points:
+        ok, bad = by_queue.get(point.queue, (0, 0))
+        if point.outcome == "succeeded":
+            ok += point.count
+        elif point.outcome in FAILED:
+            bad += point.count
+        by_queue[point.queue] = (ok, bad)
+    return LastHour(svg(minutes(points, now)), by_queue)
 
 
 def minutes(points: Sequence[ThroughputPoint], now: datetime, count: int = MINUTES

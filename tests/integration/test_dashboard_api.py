@@ -198,7 +198,7 @@ def _count(dsn: str, minutes_ago: int, queue: str, outcome: str, count: int) -> 
                  "'w1', %s)", (minutes_ago, queue, outcome, count))
 
 
-def test_throughput_api_metrics_and_chart(client: TestClient, dsn: str) -> None:
+def test_throughput_api_metrics_and_chart(client: TestClient, q: Queue, dsn: str) -> None:
     _count(dsn, 0, "email", "succeeded", 7)
     _count(dsn, 3, "email", "failed", 2)
     _count(dsn, 3, "email", "dead", 1)
@@ -219,6 +219,11 @@ def test_throughput_api_metrics_and_chart(client: TestClient, dsn: str) -> None:
     assert now_bar >= 58 and counts[now_bar - 3] == (0, 3)
     assert sum(ok + bad for ok, bad in counts) == 10
     assert client.get("/api/throughput?minutes=0").status_code == 422
+    _jobs(q, 1, queue="email")  # the overview lists queues with unfinished or dead jobs
+    row = re.search(r'<tr data-queue="email">(.*?)</tr>', client.get("/").text, re.S)
+    assert row is not None
+    cells = re.findall(r'<td class="num[^"]*">(\d+)</td>', row.group(1))
+    assert cells[-2:] == ["7", "3"]  # done and failed in the last hour
 
 
 # -- pages ----------------------------------------------------------------------------------
