@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -162,6 +165,31 @@ def test_openapi_document_lists_the_contract_endpoints(client: TestClient) -> No
                  "/api/dead/{job_id}/retry", "/api/jobs/{job_id}/cancel", "/healthz",
                  "/metrics"):
         assert path in paths, path
+
+
+def test_the_operations_guide_api_examples_run(client: TestClient, q: Queue, dsn: str) -> None:
+    """The curl lines of docs/guides/operations.md "HTTP API", sent to the app (its host
+    and the token left aside): each answers 200, and the retry queues the dead job."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "operations.md")
+    section = guide.read_text(encoding="utf-8").split("\n## HTTP API\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    lines = [line for block in re.findall(r"```bash\n(.*?)```", section, re.S)
+             for line in block.splitlines() if line.startswith("curl ")]
+    assert len(lines) == 3
+    (job_id,) = _jobs(q, 1, queue="email")
+    make_dead(dsn, job_id)
+    for line in lines:
+        words = shlex.split(line.replace("1234", str(job_id)))
+        url = urlsplit(words[-1])
+        method = words[words.index("-X") + 1] if "-X" in words else "GET"
+        headers = dict([words[words.index("-H") + 1].split(": ", 1)]) if "-H" in words else {}
+        response = client.request(method, url.path + (f"?{url.query}" if url.query else ""),
+                                  headers=headers)
+        assert response.status_code == 200, (line, response.text)
+        if "/retry" in line:
+            assert response.json()["status"] == "queued"
+        if "status=dead" in line:
+            assert [job["id"] for job in response.json()["jobs"]] == [job_id]
 
 
 # -- /metrics and /healthz ------------------------------------------------------------------
