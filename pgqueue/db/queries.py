@@ -955,8 +955,15 @@ class Queries:
          ORDER BY id DESC
          LIMIT %(limit)s
     """)
+    # The status hints below only restate the API status in terms of the row's status;
+    # planned with the status given, they fold into the predicate of a partial index
+    # (running: jobs_lease_idx; waiting: jobs_workflow_idx), so a list of a rare status
+    # need not walk the primary key through every other row.
     select_live_jobs = _Plain(_LIVE_SELECT + """
          WHERE (%(status)s::text IS NULL OR """ + _API_STATUS + """ = %(status)s::text)
+           AND (%(status)s::text IS DISTINCT FROM 'running' OR j.status = 'running')
+           AND (%(status)s::text IS DISTINCT FROM 'waiting'
+                OR (j.status = 'waiting' AND j.workflow_id IS NOT NULL))
            AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
            AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
            AND j.id < """ + _BEFORE_ID + """

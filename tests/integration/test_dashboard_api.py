@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from pgqueue import Queue
+from pgqueue import Queue, chain
 from pgqueue.cli.app import app
 from pgqueue.dashboard import Access, create_app
 from pgqueue.dashboard.security import CSRF_COOKIE, SESSION_COOKIE
@@ -129,6 +129,32 @@ def test_cancel_and_unknown_ids(client: TestClient, q: Queue) -> None:
                      client.post("/api/dead/999999/retry"), client.get("/jobs/999999")):
         assert response.status_code == 404
     assert client.get("/api/jobs/999999").json() == {"error": "no job with id 999999"}
+
+
+def test_status_filters_of_rare_statuses(client: TestClient, q: Queue, dsn: str) -> None:
+    """running and waiting take the partial indexes' path (queries.select_live_jobs):
+    the same rows as the API status says."""
+    @q.task(name="first")
+    def first() -> int:
+        return 1
+
+    @q.task(name="second")
+    def second(value: int) -> int:
+        return value
+
+    handle = chain(first.s(), second.s()).enqueue()
+    steps = sorted(_ids(client, "waiting") + _ids(client, "queued"))
+    assert len(steps) == 2 and _ids(client, "waiting") == [max(steps)], handle
+    (running,) = _jobs(q, 1)
+    execute(dsn, "UPDATE pgqueue.jobs SET status = 'running', attempts = 1, worker_id = 'w', "
+                 "lease_expires_at = now() + interval '30 seconds' WHERE id = %s", (running,))
+    assert _ids(client, "running") == [running]
+
+
+def _ids(client: TestClient, status: str) -> list[int]:
+    response = client.get("/api/jobs", params={"status": status})
+    assert response.status_code == 200
+    return [job["id"] for job in response.json()["jobs"]]
 
 
 @pytest.mark.parametrize(("query", "status", "names"), [
