@@ -296,6 +296,8 @@ def test_pages_render(client: TestClient, q: Queue, dsn: str) -> None:
     assert "ValueError: boom" in client.get("/dead").text
     assert 'data-queue="email"' in client.get("/queues").text
     assert 'data-schedule="nightly"' in client.get("/schedules").text
+    assert "frame-ancestors 'none'" in overview.headers["content-security-policy"]
+    assert overview.headers["x-frame-options"] == "DENY"
     # The refresh script's request: the live part only, no page around it.
     fragment = client.get("/", headers={"X-Pgqueue-Fragment": "1"}).text
     assert 'data-queue="email"' in fragment and "<html" not in fragment

@@ -43,6 +43,12 @@
       var interval = parseInt(element.getAttribute("data-interval"), 10) || 3000;
       window.setInterval(function () { refresh(element); }, interval);
     });
+    // A picker that shows its choice at once (data-autosubmit) submits its form.
+    document.addEventListener("change", function (event) {
+      if (event.target.hasAttribute && event.target.hasAttribute("data-autosubmit")) {
+        event.target.form.submit();
+      }
+    });
     // A destructive form asks first (data-confirm holds the question).
     document.addEventListener("submit", function (event) {
       var question = event.target.getAttribute("data-confirm");
