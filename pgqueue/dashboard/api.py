@@ -8,6 +8,7 @@ a POST returns the job it changed; unknown ids are 404; bad filters 400 or 422 w
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request
@@ -18,6 +19,8 @@ from pgqueue.errors import JobNotFound
 from pgqueue.settings import parse_duration
 
 from . import metrics
+from .reads import both
+from .throughput import read as read_last_hour
 
 router = APIRouter()
 
@@ -162,9 +165,10 @@ def resume_schedule(request: Request, name: str) -> dict[str, Any]:
 
 @router.get("/metrics", tags=["operations"], summary="Prometheus metrics from the database",
             response_class=Response)
-def prometheus(request: Request) -> Response:
+async def prometheus(request: Request) -> Response:
     """Queue depth by status, oldest ready job's age and dead jobs per queue, and live
     workers, read from the database at scrape time (see ``dashboard.metrics``)."""
     queue = _queue(request)
-    body, content_type = metrics.exposition(queue.overview(), queue.throughput(minutes=60))
+    data, points = await both(queue.overview, partial(read_last_hour, queue))
+    body, content_type = metrics.exposition(data, points)
     return Response(body, media_type=content_type)

@@ -31,6 +31,7 @@ from pgqueue.errors import (
     JobNotFound,
     PgQueueError,
     ScheduleNotFound,
+    SchemaOutOfDate,
 )
 
 from . import api, pages, views
@@ -164,6 +165,7 @@ def _refuse(request: Request, message: str) -> Response:
 
 # Library exceptions → status codes, for the API and the pages alike.
 _STATUS: Final[tuple[tuple[type[Exception], int], ...]] = (
+    (SchemaOutOfDate, 503),  # not migrated (or older than this code): "run pgq migrate"
     (JobNotFound, 404),
     (ScheduleNotFound, 404),
     (DuplicateJob, 409),

@@ -7,6 +7,7 @@ the CSRF token (see ``security``), checked by :func:`_check_form` before anythin
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any, Final
 from urllib.parse import quote, urlencode
 
@@ -18,6 +19,7 @@ from pgqueue.errors import DuplicateJob, JobNotFound, PgQueueError
 from pgqueue.settings import parse_duration
 
 from . import throughput
+from .reads import both
 from .security import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Access, same_secret
 from .views import render
 
@@ -57,12 +59,12 @@ def _back(path: str, **message: str) -> RedirectResponse:
 
 
 @router.get("/", response_class=HTMLResponse)
-def overview(request: Request) -> Response:
+async def overview(request: Request) -> Response:
     """Queues (unfinished and dead jobs, oldest wait), throughput, workers."""
     queue = _queue(request)
-    data = queue.overview()
+    data, points = await both(queue.overview, partial(throughput.read, queue))
     return render(request, "overview.html", {
-        "page": "overview", "overview": data, "hour": throughput.last_hour(queue, data.now),
+        "page": "overview", "overview": data, "hour": throughput.last_hour(points, data.now),
     })
 
 

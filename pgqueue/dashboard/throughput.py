@@ -42,9 +42,13 @@ class LastHour:
     by_queue: dict[str, tuple[int, int]]  # queue → (succeeded, failed or dead)
 
 
-def last_hour(queue: Queue, now: datetime) -> LastHour:
-    """The hour up to ``now`` (the current minute last), from one read of job_counts."""
-    points = queue.throughput(minutes=MINUTES)
+def read(queue: Queue) -> list[ThroughputPoint]:
+    """The last hour of ``job_counts`` (one statement)."""
+    return queue.throughput(minutes=MINUTES)
+
+
+def last_hour(points: Sequence[ThroughputPoint], now: datetime) -> LastHour:
+    """The hour up to ``now`` (the current minute last) from :func:`read`'s points."""
     by_queue: dict[str, tuple[int, int]] = {}
     for point in points:
         ok, bad = by_queue.get(point.queue, (0, 0))

@@ -243,7 +243,17 @@ def test_healthz_is_200_with_the_database_and_503_without(q: Queue, dsn: str) ->
     gone = Queue(dsn="postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
     with TestClient(create_app(gone)) as client:
         response = client.get("/healthz")
-    assert response.status_code == 503 and response.json()["status"] == "unavailable"
+        assert response.status_code == 503 and response.json()["status"] == "unavailable"
+    # A schema that is not there: the pages, the API and a scrape say what to run.
+    unmigrated = Queue(dsn=dsn, schema="not_migrated")
+    try:
+        with TestClient(create_app(unmigrated)) as client:
+            for path in ("/healthz", "/metrics", "/api/stats", "/"):
+                response = client.get(path)
+                assert response.status_code == 503, path
+                assert "run pgq migrate" in response.text, path
+    finally:
+        unmigrated.close()
 
 
 def _count(dsn: str, minutes_ago: int, queue: str, outcome: str, count: int) -> None:
