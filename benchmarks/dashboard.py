@@ -214,7 +214,7 @@ def main() -> None:
             conn.execute("VACUUM ANALYZE pgqueue.jobs")
     plan = explain_overview(args.dsn)
     if not args.quiet:
-        print(plan)
+        c.log(plan)
     results = time_endpoints(args.dsn, args.requests)
     if not args.quiet:
         c.table(f"dashboard, {args.jobs:,} jobs ({args.backlog:.0%} unfinished) and "

@@ -64,6 +64,10 @@ CASES = {
          "chord_overhead_ms_per_member", "fan_in_ms", "chain_per_step_ms", "complete",
          "machine"},
     ),
+    "dashboard": (
+        ["--jobs", "2000", "--dead", "200", "--requests", "2"],
+        {"results", "by_status", "backlog", "backlog_index", "machine"},
+    ),
     "soak": (
         ["--minutes", "0.2", "--rate", "200"],
         {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
