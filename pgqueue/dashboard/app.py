@@ -40,6 +40,7 @@ from .security import (
     CSRF_HEADER,
     SESSION_COOKIE,
     Access,
+    bearer,
     cross_site,
     new_csrf_token,
     same_secret,
@@ -137,7 +138,7 @@ async def _guard(request: Request, call_next: Callable[[Request], Awaitable[Resp
                       "(the PGQUEUE_DASHBOARD_TOKEN)"},
             status_code=401, headers={"WWW-Authenticate": "Bearer"},
         )
-    if request.method not in ("GET", "HEAD", "OPTIONS") and authorization is None:
+    if request.method not in ("GET", "HEAD", "OPTIONS") and not bearer(authorization):
         own = {request.headers.get("host", "")}
         if cross_site(request.headers.get("origin"), request.headers.get("sec-fetch-site"),
                       own):

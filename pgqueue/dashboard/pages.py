@@ -20,7 +20,7 @@ from pgqueue.settings import parse_duration
 
 from . import throughput
 from .reads import both
-from .security import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Access, same_secret
+from .security import CSRF_COOKIE, CSRF_FIELD, SESSION_COOKIE, Access, bearer, same_secret
 from .views import render
 
 router = APIRouter(include_in_schema=False)
@@ -41,7 +41,7 @@ def _blank(value: str | None) -> str | None:
 def _check_form(request: Request, token: str) -> Response | None:
     """403 unless the form's CSRF token matches the cookie (a bearer-authenticated
     request is not a browser's form, and the guard has checked its token)."""
-    if request.headers.get("authorization"):
+    if bearer(request.headers.get("authorization")):
         return None
     if same_secret(token, request.cookies.get(CSRF_COOKIE)):
         return None

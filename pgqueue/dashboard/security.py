@@ -13,8 +13,9 @@ Three rules, each for one attack:
   the ``pgq_csrf`` cookie (double submit: another site can neither read nor set that
   cookie); any write whose ``Origin`` or ``Sec-Fetch-Site`` names another site is refused;
   an API write authenticated by the session cookie must repeat the CSRF cookie in an
-  ``X-CSRF-Token`` header. A write carrying ``Authorization`` is not cross-site (browsers
-  never add that header by themselves).
+  ``X-CSRF-Token`` header. A write carrying ``Authorization: Bearer`` is not cross-site
+  (browsers never add a bearer token by themselves; Basic credentials they do, so those
+  count for nothing here).
 * **DNS rebinding.** On a loopback address any ``Host`` other than a loopback name is
   refused, so a hostile name resolving to 127.0.0.1 reaches nothing.
 """
@@ -112,6 +113,12 @@ class Access:
         if scheme.lower() == "bearer" and same_secret(given.strip(), self.token):
             return True
         return same_secret(session, self.session_value)
+
+
+def bearer(authorization: str | None) -> bool:
+    """Whether a request carries a bearer token: never added by a browser on its own,
+    unlike Basic credentials a browser remembers for a proxy in front of the dashboard."""
+    return (authorization or "").lower().startswith("bearer ")
 
 
 def cross_site(origin: str | None, fetch_site: str | None, own_hosts: Iterable[str]) -> bool:

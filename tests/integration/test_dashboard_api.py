@@ -318,6 +318,8 @@ def test_forms_need_the_csrf_token(client: TestClient, q: Queue, dsn: str) -> No
     make_dead(dsn, job_id)
     assert client.post(f"/dead/{job_id}/retry").status_code == 403
     assert client.post(f"/dead/{job_id}/retry", data={"csrf_token": "forged"}).status_code == 403
+    assert client.post(f"/dead/{job_id}/retry",
+                       headers={"Authorization": "Basic dTpw"}).status_code == 403
     assert q.get_job(job_id).status == "dead"  # type: ignore[union-attr]
     token = _csrf(client, "/dead")
     done = client.post(f"/dead/{job_id}/retry", data={"csrf_token": token},
@@ -329,7 +331,9 @@ def test_forms_need_the_csrf_token(client: TestClient, q: Queue, dsn: str) -> No
 def test_cross_site_writes_are_refused(client: TestClient, q: Queue) -> None:
     (job_id,) = _jobs(q, 1)
     for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
-                    {"Origin": "null"}):
+                    {"Origin": "null"},
+                    # Basic credentials a browser remembers for a proxy prove nothing.
+                    {"Origin": "https://evil.example", "Authorization": "Basic dTpw"}):
         response = client.post(f"/api/jobs/{job_id}/cancel", headers=headers)
         assert response.status_code == 403, headers
     assert q.get_job(job_id).status == "queued"  # type: ignore[union-attr]
