@@ -386,7 +386,9 @@ def test_login_form_sets_a_strict_http_only_cookie(q: Queue) -> None:
         assert cookie.startswith(f"{SESSION_COOKIE}=") and TOKEN not in cookie
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie
         assert client.get("/").status_code == 200
-        # An API write on the cookie alone must repeat the CSRF cookie in a header.
+        # An API write on the cookie alone must repeat the CSRF cookie in a header, which
+        # a page of the dashboard offers its scripts in a meta tag.
+        assert f'<meta name="csrf-token" content="{token}">' in client.get("/").text
         assert client.post(f"/api/jobs/{job_id}/cancel").status_code == 403
         assert client.post(f"/api/jobs/{job_id}/cancel",
                            headers={"X-CSRF-Token": token}).status_code == 200
