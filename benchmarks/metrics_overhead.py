@@ -10,6 +10,9 @@ of percent between drains, the worker's own CPU time much less, and the CPU per 
 what the metrics add. Reports medians and the on/off ratios.
 
     python benchmarks/metrics_overhead.py --jobs 20000 --concurrency 8 --reps 7
+
+The hooks alone (claimed, ended, recorded: what the worker calls per job) cost 1.8 µs of
+CPU per job, measured in a loop with ``time.process_time()``.
 """
 
 from __future__ import annotations

@@ -149,11 +149,11 @@ def worker(
         "poll_interval": poll_interval,
         "lease": lease,
         "connect_timeout": connect_timeout,
+        "metrics_port": metrics_port,
+        "metrics_host": metrics_host,
         "log_succeeded": log_succeeded or None,
         "listen_dsn": listen_dsn,
         "listen": False if no_listen else None,
-        "metrics_port": metrics_port,
-        "metrics_host": metrics_host,
     }
     settings = {name: value for name, value in given.items() if value is not None}
     queue = load_queue(app)

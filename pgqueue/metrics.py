@@ -20,8 +20,9 @@ The hooks run for every job, so they only add to plain dictionaries and lists: t
 worker calls them from its event loop, and the endpoint that reads them serves from the
 same loop, so nothing is shared between threads and nothing needs a lock. A collector
 turns them into metric families at scrape time. (``prometheus_client``'s own ``Counter``
-and ``Histogram`` take a lock per increment and cost ~19 µs per job for these hooks; these
-cost ~3.) Everything is registered in a private ``CollectorRegistry``: an application
+and ``Histogram``, a lock and a label lookup per increment, cost 8.2 µs of CPU per job
+for these hooks; these cost 1.8, under 2 % of a worker's ~100 µs per no-op job.)
+Everything is registered in a private ``CollectorRegistry``: an application
 that embeds a worker keeps its default registry to itself. This module imports
 ``prometheus_client`` (the ``pgqueue[metrics]`` extra); the worker imports it only when a
 metrics port is given, so a worker without one pays nothing, not even the import.

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgqueue import tracing
 from pgqueue.bounds import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_INTEGER,
@@ -26,6 +25,8 @@ from pgqueue.bounds import (
 from pgqueue.errors import ConfigurationError
 from pgqueue.serialization import dumps
 from pgqueue.settings import parse_duration
+from pgqueue.tracing import ENABLED as TRACING
+from pgqueue.tracing import with_trace_context
 
 TASK_OPTIONS = frozenset(
     {"queue", "priority", "max_attempts", "timeout", "retry_intervals", "result_ttl"}
@@ -70,7 +71,7 @@ class JobOptions:
     def as_params(self) -> dict[str, Any]:
         """Bind parameters shared by insert_job and insert_jobs (``meta`` with the current
         span's trace context, when OpenTelemetry is installed: ``pgqueue/tracing.py``)."""
-        meta = tracing.with_trace_context(self.meta) if tracing.ENABLED else self.meta
+        meta = with_trace_context(self.meta) if TRACING else self.meta
         return {
             "queue": self.queue,
             "priority": self.priority,

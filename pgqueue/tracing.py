@@ -2,7 +2,7 @@
 
 With ``opentelemetry-api`` installed (``pgqueue[otel]``):
 
-* **Enqueue** (``enqueue``, ``enqueue_many`` and their async forms): when a span is
+* **Enqueue** (``enqueue``, ``enqueue_many``, workflows, and their async forms): when a span is
   current, its W3C trace context (``traceparent``, and ``tracestate``/``baggage`` when
   set) is stored in the job's ``meta`` under :data:`META_KEY`, through the globally
   configured propagator. In ``meta`` rather than a column: every claim already reads
@@ -44,8 +44,8 @@ try:
 except ImportError:  # the extra is not installed
     ENABLED = False
 
-__all__ = ["ENABLED", "META_KEY", "active", "attempt_span", "record_outcome",
-           "with_trace_context"]
+__all__ = ["ENABLED", "META_KEY", "active", "attempt_span", "current_carrier",
+           "record_outcome", "with_trace_context"]
 
 # meta["otel"]: the W3C trace context carrier of the enqueuer's span.
 META_KEY: Final = "otel"
@@ -78,14 +78,21 @@ _active = False
 _checked_at = -_RECHECK
 
 
+def current_carrier() -> dict[str, str] | None:
+    """The current span's W3C trace context as a carrier dict, or None when no valid span
+    is current. Call only when :data:`ENABLED`."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier or None
+
+
 def with_trace_context(meta: str) -> str:
     """``meta`` (JSON text) with the current span's trace context added, if there is a
     valid current span; else ``meta`` unchanged. Call only when :data:`ENABLED`."""
-    if not trace.get_current_span().get_span_context().is_valid:
-        return meta
-    carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    if not carrier:
+    carrier = current_carrier()
+    if carrier is None:
         return meta
     values = loads(meta)
     if META_KEY in values:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import psycopg
 
+from pgqueue import tracing
 from pgqueue.arguments import EncodedArguments
 from pgqueue.db.plans import Plan, Row, Statement
 from pgqueue.db.queries import Queries
@@ -183,6 +184,8 @@ class Workflow:
     def _params(self, queries: Queries) -> dict[str, Any]:
         steps: list[dict[str, Any]] = []
         keys: list[str] = []
+        # Every step continues the enqueuer's trace (pgqueue/tracing.py).
+        carrier = tracing.current_carrier() if tracing.ENABLED else None
         for node in self._nodes:
             sig, options, encoded = node.signature, node.signature.options, node.encoded
             if options.idempotency_key is not None:
@@ -198,7 +201,8 @@ class Workflow:
                 "priority": options.priority,
                 "run_at": None if options.run_at is None else options.run_at.isoformat(),
                 "run_in": options.run_in, "max_attempts": options.max_attempts,
-                "idempotency_key": options.idempotency_key, "meta": loads(options.meta),
+                "idempotency_key": options.idempotency_key,
+                "meta": _traced(loads(options.meta), carrier),
                 "timeout": options.timeout, "result_ttl": options.result_ttl,
                 "waits_for": len(node.after),
             })
@@ -545,3 +549,11 @@ def cancel_workflow(queries: Queries, workflow_id: int) -> Plan[dict[str, int]]:
         raise JobNotFound(f"no workflow with id {workflow_id}")
     row = yield Statement(queries.cancel_workflow_steps, {"id": workflow_id})
     return {"cancelled": int(row["cancelled"]), "requested": int(row["requested"])}
+
+
+def _traced(meta: dict[str, Any], carrier: dict[str, str] | None) -> dict[str, Any]:
+    """A step's meta with the enqueuer's trace context (``meta["otel"]``), unless there is
+    none or the step's meta gives its own."""
+    if carrier is not None and tracing.META_KEY not in meta:
+        meta[tracing.META_KEY] = carrier
+    return meta

@@ -102,18 +102,7 @@ class Executor:
         return Execution(job, ctx, is_sync=task is not None and not task.is_async)
 
     async def run(self, execution: Execution) -> Outcome | None:
-        """Run one attempt; None means "nothing to record" (the lease was lost).
-
-        With OpenTelemetry installed, inside the attempt's span (``pgqueue/tracing.py``).
-        """
-        if not tracing.ENABLED or not tracing.active():
-            return await self._run(execution)
-        with tracing.attempt_span(execution.job) as span:
-            outcome = await self._run(execution)
-            tracing.record_outcome(span, outcome)
-            return outcome
-
-    async def _run(self, execution: Execution) -> Outcome | None:
+        """Run one attempt; None means "nothing to record" (the lease was lost)."""
         job = execution.job
         task = self.tasks.get(job.task)
         if task is None:

@@ -113,13 +113,13 @@ class Maintenance(Service):
             pruned += batch.pruned
             if batch.pruned < PRUNE_BATCH:
                 break
+        await conn.execute(self._queries.prune_job_counts, {"retention": RETENTION})
         settled = await conn.execute(self._queries.settle_lost_results,
                                      {"grace": RESULT_GRACE})
         if settled.rowcount:
             logger.warning("%d workflow step(s) lost their return value (their worker stopped "
                            "just after ctx.transaction() committed): the steps after them "
                            "receive null.", settled.rowcount)
-        await conn.execute(self._queries.prune_job_counts, {"retention": RETENTION})
         stale = await self._queries.delete_stale_workers.all(
             conn, {"grace": self.stale_worker_grace})
         for worker in stale:

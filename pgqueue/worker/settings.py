@@ -55,12 +55,6 @@ class WorkerSettings(BaseModel):
     # a third of the throughput (docs/guides/operations.md, "Logs"); failures, retries
     # and dead jobs always get their line.
     log_succeeded: bool = False
-    # LISTEN for ready jobs. Off: poll only, a job then starts up to poll_interval after
-    # it became ready (the worker says so when it starts).
-    listen: bool = True
-    # Where the listener connects when the worker's DSN leads to a pooler in transaction
-    # mode, which cannot deliver notifications: PostgreSQL itself, or a session pooler.
-    listen_dsn: str | None = None
     # Serve Prometheus metrics at /metrics and a health check at /healthz on this port
     # (pgqueue/metrics.py; needs the pgqueue[metrics] extra). None: no endpoint, and no
     # metric is kept. 0: any free port (logged).
@@ -68,6 +62,12 @@ class WorkerSettings(BaseModel):
     # The address the endpoint binds: loopback by default; 0.0.0.0 for a scraper or a
     # Kubernetes probe from outside the host or pod.
     metrics_host: str = "127.0.0.1"
+    # LISTEN for ready jobs. Off: poll only, a job then starts up to poll_interval after
+    # it became ready (the worker says so when it starts).
+    listen: bool = True
+    # Where the listener connects when the worker's DSN leads to a pooler in transaction
+    # mode, which cannot deliver notifications: PostgreSQL itself, or a session pooler.
+    listen_dsn: str | None = None
 
     @property
     def allowance(self) -> int:

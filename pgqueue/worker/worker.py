@@ -26,6 +26,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from pgqueue import tracing
 from pgqueue.db.migrate import check_schema_async
 from pgqueue.db.names import notify_channel
 from pgqueue.errors import ConfigurationError, DatabaseUnavailable, first_line
@@ -264,10 +265,18 @@ class Worker:
                                                      error="cancelled before it started"))
                 continue
             execution.started = time.monotonic()
-            task = asyncio.create_task(self.executor.run(execution),
-                                       name=f"pgqueue-job-{execution.job.id}")
+            attempt = self._traced(execution) if tracing.ENABLED and tracing.active() \
+                else self.executor.run(execution)
+            task = asyncio.create_task(attempt, name=f"pgqueue-job-{execution.job.id}")
             execution.asyncio_task = task
             task.add_done_callback(functools.partial(self._finished, execution))
+
+    async def _traced(self, execution: Execution) -> Outcome | None:
+        """The attempt in its OpenTelemetry span (``pgqueue/tracing.py``)."""
+        with tracing.attempt_span(execution.job) as span:
+            outcome = await self.executor.run(execution)
+            tracing.record_outcome(span, outcome)
+            return outcome
 
     def _executing(self) -> int:
         """Slots in use: started jobs, and threads still stuck in a call nobody awaits."""

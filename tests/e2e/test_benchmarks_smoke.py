@@ -21,6 +21,11 @@ CASES = {
         ["--jobs", "500", "--reps", "1"],
         {"drain_per_s", "enqueue_per_s", "duplicates", "missing", "complete", "runs", "machine"},
     ),
+    "metrics_overhead": (
+        ["--jobs", "200", "--reps", "1", "--scrape-interval", "0.05"],
+        {"drain_ratio_paired_median", "cpu_ratio_paired_median", "off", "on", "scrapes",
+         "machine"},
+    ),
     "latency": (
         ["--jobs", "20", "--gap", "0.01", "--warmup", "0.3"],
         {"p50_ms", "p99_ms", "max_ms", "enqueue_call_p50_ms", "missing", "complete"},

@@ -53,11 +53,12 @@ def test_metrics_and_health_of_a_running_worker(chaos_dsn: str, processes: Proce
             text = _get(port, "/metrics")[1]
             done = _sample(text, "pgqueue_jobs_processed_total", queue="default",
                            task="chaos.noop", outcome="succeeded")
-            return text if done == 5 else None
+            dead = _sample(text, "pgqueue_jobs_processed_total", queue="default",
+                           task="chaos.exit", outcome="dead")
+            return text if (done, dead) == (5, 1) else None
 
-        text = wait_until(scraped, timeout=20, message="5 succeeded in /metrics") or ""
-        assert _sample(text, "pgqueue_jobs_processed_total", queue="default",
-                       task="chaos.exit", outcome="dead") == 1
+        text = wait_until(scraped, timeout=20,
+                          message="5 succeeded and 1 dead in /metrics") or ""
         assert _sample(text, "pgqueue_job_duration_seconds_count", queue="default",
                        task="chaos.noop") == 5
         assert (_sample(text, "pgqueue_claim_latency_seconds_count", queue="default") or 0) >= 6

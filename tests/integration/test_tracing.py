@@ -140,3 +140,24 @@ async def test_a_dead_attempt_is_an_error_and_hostile_trace_meta_is_ignored(
     rows = await aexecute(dsn, "SELECT count(*) AS n FROM pgqueue.jobs "
                                "WHERE status = 'succeeded'")
     assert rows == [{"n": len(jobs)}]
+
+
+async def test_every_step_of_a_workflow_continues_the_enqueuers_trace(
+    aq: Queue, spans: InMemorySpanExporter
+) -> None:
+    from pgqueue.workflows import chain
+
+    @aq.task(name="first")
+    async def first() -> int:
+        return 1
+
+    @aq.task(name="second")
+    async def second(previous: int) -> int:
+        return previous + 1
+
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        await chain(first.s(), second.s()).enqueue_async()
+    await run_burst(aq)
+    steps = _named(spans, "process first") + _named(spans, "process second")
+    assert len(steps) == 2
+    assert {s.context.trace_id for s in steps} == {request.get_span_context().trace_id}

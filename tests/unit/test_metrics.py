@@ -199,3 +199,27 @@ def test_metrics_port_is_checked() -> None:
     with pytest.raises(ConfigurationError, match="invalid worker setting metrics_port"):
         WorkerSettings(metrics_port=70000)
 
+
+
+def test_worker_health_says_starting_failing_heartbeats_and_draining() -> None:
+    import time
+
+    from pgqueue import Queue
+    from pgqueue.worker import Worker, WorkerSettings
+
+    worker = Worker(Queue(dsn="postgresql://u@127.0.0.1:1/x"),
+                    WorkerSettings(metrics_port=0, lease=3))
+    healthy, body = worker.health()
+    assert not healthy
+    assert body["problems"] == ["starting: not connected to the database and registered yet"]
+    worker._registered.set()
+    healthy, body = worker.health()
+    assert healthy and body["status"] == "ok" and body["problems"] == []
+    worker.heartbeat.last_success = time.monotonic() - 10  # more than a lease ago
+    healthy, body = worker.health()
+    assert not healthy and body["problems"][0].startswith("heartbeats have failed for 10 s")
+    worker.heartbeat.last_success = time.monotonic()
+    worker.request_stop()
+    healthy, body = worker.health()
+    assert (healthy, body["draining"], body["problems"]) == (
+        False, True, ["draining: shutting down, claiming no new jobs"])
