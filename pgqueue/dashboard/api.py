@@ -88,6 +88,17 @@ def cancel(request: Request, job_id: int) -> dict[str, Any]:
     return _queue(request).cancel_job(job_id).to_dict()
 
 
+@router.get("/api/workflows/{workflow_id}", tags=["jobs"],
+            summary="A workflow and its steps (pgq workflows show --json)")
+def workflow(request: Request, workflow_id: int) -> dict[str, Any]:
+    """``{id, kind, outputs, returns_list, status, steps: [...]}``; 404 once its last
+    step is gone."""
+    handle = _queue(request).get_workflow(workflow_id)
+    if handle is None:
+        raise JobNotFound(f"no workflow with id {workflow_id}")
+    return handle.describe()
+
+
 @router.get("/api/dead", tags=["dead jobs"], summary="Dead jobs, last failed first")
 def dead(request: Request, queue: QueueName = None, task: TaskName = None,
          limit: Limit = 50, cursor: Cursor = None) -> dict[str, Any]:

@@ -90,10 +90,13 @@ def jobs(request: Request, status: str | None = None, queue: str | None = None,
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job(request: Request, job_id: int) -> Response:
     """One job: arguments, meta and progress, attempts, error, timeline; cancel."""
-    found = _queue(request).get_job(job_id)
+    queue = _queue(request)
+    found = queue.get_job(job_id)
     if found is None:
         raise JobNotFound(f"no job with id {job_id}")
-    return render(request, "job.html", {"page": "jobs", "job": found})
+    handle = queue.get_workflow(found.workflow_id) if found.workflow_id else None
+    workflow = handle.describe() if handle is not None else None
+    return render(request, "job.html", {"page": "jobs", "job": found, "workflow": workflow})
 
 
 @router.post("/jobs/{job_id}/cancel")

@@ -149,6 +149,13 @@ def test_status_filters_of_rare_statuses(client: TestClient, q: Queue, dsn: str)
     execute(dsn, "UPDATE pgqueue.jobs SET status = 'running', attempts = 1, worker_id = 'w', "
                  "lease_expires_at = now() + interval '30 seconds' WHERE id = %s", (running,))
     assert _ids(client, "running") == [running]
+    # The workflow: as `pgq workflows show --json`, and on its steps' pages.
+    described = client.get(f"/api/workflows/{handle.id}").json()
+    assert described == q.get_workflow(handle.id).describe()  # type: ignore[union-attr]
+    assert [step["id"] for step in described["steps"]] == steps
+    page = client.get(f"/jobs/{steps[1]}").text
+    assert f'data-step="{steps[0]}"' in page and f'data-step="{steps[1]}"' in page
+    assert client.get("/api/workflows/999999").status_code == 404
 
 
 def _ids(client: TestClient, status: str) -> list[int]:
