@@ -144,6 +144,31 @@ def test_refused_without_the_token(browser: Browser, dashboard: str) -> None:
     ]
 
 
+def test_the_default_is_loopback_and_open(module_dsn: str, tmp_path: Path) -> None:
+    """``pgq dashboard`` with no --host and no token: 127.0.0.1, no login, and a request
+    naming another host (DNS rebinding) refused."""
+    port = free_port()
+    no_token = {k: v for k, v in clean_environment().items() if k != "PGQUEUE_DASHBOARD_TOKEN"}
+    server = _start(["dashboard", "--dsn", module_dsn, "--port", str(port)], no_token,
+                    tmp_path / "dashboard.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            assert server.poll() is None, (tmp_path / "dashboard.log").read_text()
+            try:
+                return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, timeout=30, message="the dashboard answers /healthz")
+        assert httpx.get(f"{base}/api/stats").status_code == 200
+        rebound = httpx.get(f"{base}/api/stats", headers={"Host": f"rebound.example:{port}"})
+        assert rebound.status_code == 403
+    finally:
+        _stop(server)
+    assert "pgqueue dashboard on http://127.0.0.1:" in (tmp_path / "dashboard.log").read_text()
+
+
 def test_overview_shows_queues_and_the_worker(page: Page, queue: Queue) -> None:
     queue.enqueue_by_name("dash.add", args=[1, 2], queue="later", run_in=3600)
     row = page.locator('#queues tr[data-queue="later"]')
