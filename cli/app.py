@@ -16,6 +16,7 @@ from typer.core import TyperArgument, TyperGroup
 import pgqueue
 
 from . import (
+    dashboard,
     dead,
     demo,
     enqueue,
@@ -111,6 +112,7 @@ app.add_typer(queues.app, name="queues")
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(periodic.app, name="periodic")
 monitoring.register(app)
+dashboard.register(app)
 health.register(app)
 top.register(app)
 roles.register(app)

@@ -17,7 +17,6 @@ from .output import (
     console,
     job_summary,
     last_line,
-    more_line,
     output,
     print_table,
     when,
@@ -46,13 +45,21 @@ def list_jobs(
                      show_default=False)
     ] = None,
     limit: LimitOption = 50,
+    cursor: Annotated[
+        str | None, typer.Option("--cursor", metavar="CURSOR", show_default=False,
+                                 help="Start after this job (the cursor printed under a "
+                                      "full page).")
+    ] = None,
 ) -> None:
-    """Jobs, newest first (live and dead)."""
+    """Jobs, newest first (live and dead), a page at a time."""
     with context.session() as queue:
-        found = queue.list_jobs(status=status, queue=queue_name, task=task,
-                                limit=limit + 1)
-    more = more_line(len(found), limit, "jobs", "--status, --queue or --task")
-    found = found[:limit]
+        page = queue.job_page(status=status, queue=queue_name, task=task, limit=limit,
+                              cursor=cursor)
+    found = page.jobs
+    more = None
+    if page.next_cursor is not None:
+        more = (f"(the first {limit} jobs; more exist: add --cursor {page.next_cursor} for "
+                "the next page, or narrow with --status, --queue or --task)")
     output(context, found, lambda: print_table(
         ["id", "queue", "task", "status", "attempts", "priority", "run_at", "created_at"],
         (

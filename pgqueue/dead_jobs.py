@@ -20,6 +20,7 @@ __all__ = [
     "DeadRetryResult",
     "RefusalReason",
     "RetryRefusal",
+    "dead_queue_counts",
     "purge_dead",
     "retry_dead",
     "retry_dead_job",
@@ -123,3 +124,9 @@ def purge_dead(queries: Queries, *, older_than: float, queue: str | None) -> Pla
     return the count of jobs."""
     row = yield Statement(queries.purge_dead_jobs, {"older_than": older_than, "queue": queue})
     return int(row["purged"])
+
+
+def dead_queue_counts(queries: Queries) -> Plan[dict[str, int]]:
+    """Each queue that has dead jobs, and how many (ordered by queue name)."""
+    rows = yield Statement(queries.dead_queue_counts, {}, fetch="all")
+    return {row["queue"]: int(row["dead"]) for row in rows}

@@ -8,13 +8,17 @@ plans of the management layer: ``pgqueue.dead_jobs`` (retry, purge) and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pgqueue.arguments import EncodedBatch
+from pgqueue.bounds import short_repr
 from pgqueue.db.copy_rows import NULL, copy_field, job_rows, splits_into_jobs
 from pgqueue.db.plans import CAN_COPY, Copy, Plan, Row, Statement
 from pgqueue.db.queries import Queries
-from pgqueue.errors import DuplicateJob, JobNotFound
+from pgqueue.errors import ConfigurationError, DuplicateJob, JobNotFound
+from pgqueue.job import Job
 
 # How often an idempotent insert re-tries when the holder of its key vanishes between
 # our insert (which saw it) and our read (which no longer does).
@@ -127,10 +131,19 @@ def get_job(queries: Queries, job_id: int) -> Plan[Row | None]:
 
 
 def list_jobs(
-    queries: Queries, *, status: str | None, queue: str | None, task: str | None, limit: int
+    queries: Queries,
+    *,
+    status: str | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    cursor: JobCursor | None = None,
 ) -> Plan[list[Row]]:
-    """Newest first, filtered by API status (``dead`` reads dead_jobs), queue and task."""
-    params = {"status": status, "queue": queue, "task": task, "limit": limit}
+    """Newest first, filtered by API status (``dead`` reads dead_jobs), queue and task;
+    with ``cursor``, the rows after the one it names (keyset pagination)."""
+    params = {"status": status, "queue": queue, "task": task, "limit": limit,
+              "before_id": None if cursor is None else cursor.id,
+              "before_failed_at": None if cursor is None else cursor.failed_at}
     if status == "dead":
         query = queries.select_dead_jobs
     elif status is not None:
@@ -139,6 +152,86 @@ def list_jobs(
         query = queries.select_jobs
     rows = yield Statement(query, params, fetch="all")
     return rows  # type: ignore[no-any-return]
+
+
+_MAX_BIGINT = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class JobCursor:
+    """Where a page of a job list ends: its last job's id (and, in a list of dead jobs,
+    which is ordered by when they failed, its ``failed_at``).
+
+    Sent to clients as an opaque string (:meth:`encode`): ``123``, or ``123@<failed_at>``.
+    """
+
+    id: int
+    failed_at: datetime | None = None
+
+    def encode(self) -> str:
+        """The cursor as a URL-safe string."""
+        if self.failed_at is None:
+            return str(self.id)
+        return f"{self.id}@{self.failed_at.astimezone(UTC).isoformat()}"
+
+    @classmethod
+    def decode(cls, text: str) -> JobCursor:
+        """The cursor :meth:`encode` wrote; a one-line ConfigurationError for anything else."""
+        head, _, tail = text.partition("@")
+        try:
+            failed_at = datetime.fromisoformat(tail.replace(" ", "+")) if tail else None
+            job_id = int(head)
+        except ValueError:
+            raise ConfigurationError(
+                f"invalid cursor {short_repr(text)}: use the next_cursor of the previous page"
+            ) from None
+        if not 0 < job_id <= _MAX_BIGINT or (failed_at is not None and failed_at.tzinfo is None):
+            raise ConfigurationError(
+                f"invalid cursor {short_repr(text)}: use the next_cursor of the previous page"
+            )
+        return cls(job_id, failed_at)
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a job list and the cursor of the next (None: this is the last)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: ``{"jobs": [...], "next_cursor": ...}`` (the contract's §8 list
+        shape, plus the cursor)."""
+        return {"jobs": [job.to_dict() for job in self.jobs], "next_cursor": self.next_cursor}
+
+
+def job_page(
+    queries: Queries,
+    *,
+    status: str | None,
+    queue: str | None,
+    task: str | None,
+    limit: int,
+    cursor: str | None,
+) -> Plan[JobPage]:
+    """A page of :func:`list_jobs` (``limit`` jobs at most) and the next page's cursor.
+
+    Reads one row more than it returns, to know whether a next page exists.
+    """
+    after = None if cursor is None else JobCursor.decode(cursor)
+    if after is not None and status == "dead" and after.failed_at is None:
+        raise ConfigurationError(
+            f"invalid cursor {short_repr(cursor)} for dead jobs: use the next_cursor of the "
+            "previous page"
+        )
+    rows = yield from list_jobs(queries, status=status, queue=queue, task=task,
+                                limit=limit + 1, cursor=after)
+    jobs = [Job.from_row(row) for row in rows[:limit]]
+    next_cursor = None
+    if len(rows) > limit:
+        last = jobs[-1]
+        next_cursor = JobCursor(last.id, last.failed_at if status == "dead" else None).encode()
+    return JobPage(jobs, next_cursor)
 
 
 def purge_queue(queries: Queries, queue: str) -> Plan[int]:

@@ -16,6 +16,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgqueue import dead_jobs, limits, queues, schedules, workflows
+from pgqueue.bounds import short_repr
 from pgqueue.cron import parse_cron
 from pgqueue.db import migrate as migrations
 from pgqueue.db.connections import async_connection, sync_connection
@@ -32,7 +33,7 @@ from pgqueue.errors import (
 )
 from pgqueue.job import API_STATUSES, Job
 from pgqueue.limits import TaskLimits
-from pgqueue.operations import cancel_job, get_job, list_jobs, purge_queue
+from pgqueue.operations import JobPage, cancel_job, get_job, job_page, list_jobs, purge_queue
 from pgqueue.options import TASK_OPTIONS, JobOptions, queue_name, retry_intervals, task_name
 from pgqueue.queues import QUEUE_FULL, QueueInfo
 from pgqueue.schedules import SCHEDULE_OPTIONS, PeriodicSpec, ScheduleInfo, schedule_name
@@ -45,10 +46,12 @@ from pgqueue.settings import (
     split_pool_mode,
 )
 from pgqueue.stats import (
+    Overview,
     QueueStats,
     ThroughputPoint,
     WorkerInfo,
     list_workers,
+    overview,
     queue_stats,
     throughput,
 )
@@ -446,16 +449,29 @@ class Queue:
         limit: int = 100,
     ) -> list[Job]:
         """Jobs newest first, optionally filtered by API status, queue and task."""
-        if status is not None and status not in API_STATUSES:
-            raise ConfigurationError(
-                f"unknown status {status!r}; use one of {', '.join(API_STATUSES)}"
-            )
-        if limit < 1:
-            raise ConfigurationError(f"invalid limit {limit}: use a positive number")
+        _check_listing(status, limit)
         rows = self.run_plan(
             list_jobs(self.queries, status=status, queue=queue, task=task, limit=limit)
         )
         return [Job.from_row(row, self) for row in rows]
+
+    def job_page(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        task: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """Like :meth:`list_jobs`, one page at a time: pass the page's ``next_cursor`` to
+        get the next (keyset pagination: a deep page costs what the first does)."""
+        _check_listing(status, limit)
+        page = self.run_plan(job_page(self.queries, status=status, queue=queue, task=task,
+                                      limit=limit, cursor=cursor))
+        for job in page.jobs:
+            job._queue = self
+        return page
 
     def get_workflow(self, workflow_id: int) -> WorkflowHandle | None:
         """The workflow with this id (the id of its first step), or None once its last
@@ -475,6 +491,10 @@ class Queue:
     def dead_jobs(self, *, queue: str | None = None, limit: int = 100) -> list[Job]:
         """Dead jobs, most recently failed first."""
         return self.list_jobs(status="dead", queue=queue, limit=limit)
+
+    def dead_queues(self) -> dict[str, int]:
+        """Each queue that has dead jobs, and how many, by queue name."""
+        return self.run_plan(dead_jobs.dead_queue_counts(self.queries))
 
     def retry_dead(
         self, ids: Sequence[int] | None = None, *, queue: str | None = None
@@ -578,6 +598,11 @@ class Queue:
         """Worker processes (alive, or expired and about to be removed), oldest first."""
         return self.run_plan(list_workers(self.queries, now=datetime.now(UTC)))
 
+    def overview(self) -> Overview:
+        """The dashboard's overview: per queue its unfinished and dead jobs (from indexes,
+        cheap on a large table), and the worker processes."""
+        return self.run_plan(overview(self.queries, now=datetime.now(UTC)))
+
     def throughput(self, *, minutes: int = 60, queue: str | None = None,
                    task: str | None = None) -> list[ThroughputPoint]:
         """Job outcomes per minute, queue and outcome over the last ``minutes`` minutes
@@ -618,6 +643,16 @@ class Queue:
         from pgqueue.worker.settings import WorkerSettings
 
         return WorkerSettings(**settings)
+
+
+def _check_listing(status: str | None, limit: int) -> None:
+    """A job list's filters, checked before any query: one-line errors."""
+    if status is not None and status not in API_STATUSES:
+        raise ConfigurationError(
+            f"unknown status {short_repr(status)}; use one of {', '.join(API_STATUSES)}"
+        )
+    if limit < 1:
+        raise ConfigurationError(f"invalid limit {limit}: use a positive number")
 
 
 def _queue_full(exc: psycopg.Error) -> QueueFull | None:

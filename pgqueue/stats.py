@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 T = TypeVar("T", bound="DataclassInstance")
 
 __all__ = [
-    "QueueStats", "ThroughputPoint", "WorkerInfo", "WorkerStatus", "list_workers",
-    "queue_stats", "throughput",
+    "Overview", "QueueOverview", "QueueStats", "ThroughputPoint", "WorkerInfo", "WorkerStatus",
+    "list_workers", "overview", "queue_stats", "throughput",
 ]
 
 
@@ -93,6 +93,52 @@ def list_workers(queries: Queries, *, now: datetime) -> Plan[list[WorkerInfo]]:
                                   else "expired"})
         for row in rows
     ]
+
+
+@dataclass(frozen=True)
+class QueueOverview:
+    """One queue on the dashboard's overview: its unfinished and dead jobs by API status.
+
+    Finished jobs (succeeded, cancelled) are left out on purpose: counting them reads the
+    whole table (they are most of it), while every count here comes from an index whose
+    size follows the backlog. ``pgq stats`` / ``GET /api/stats`` count everything.
+    """
+
+    queue: str
+    paused: bool
+    queued: int
+    scheduled: int
+    retrying: int
+    waiting: int
+    running: int
+    dead: int
+    oldest_queued_age_seconds: float | None  # None: no job of this queue is ready
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: an object of ``overview["queues"]``."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the dashboard's overview shows: queues (cheap counts) and worker processes."""
+
+    queues: list[QueueOverview]
+    workers: list[WorkerInfo]
+    now: datetime  # the clock the worker statuses were decided by
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data: ``{"queues": [...], "workers": [...], "now": ...}``."""
+        return {"queues": [entry.to_dict() for entry in self.queues],
+                "workers": [worker.to_dict() for worker in self.workers],
+                "now": self.now.isoformat()}
+
+
+def overview(queries: Queries, *, now: datetime) -> Plan[Overview]:
+    """The overview's queues and workers (see :class:`QueueOverview` for what is counted)."""
+    rows = yield Statement(queries.overview_counts, {}, fetch="all")
+    workers = yield from list_workers(queries, now=now)
+    return Overview([_build(QueueOverview, row) for row in rows], workers, now)
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,12 @@ def _delete_steps_of(jobs: str) -> str:
     """
 
 
+# Keyset pagination of job lists: rows below %(before_id)s (None: from the newest), so
+# a page costs the same however deep it is (never OFFSET). A constant, not an OR with
+# NULL, keeps it an index range condition on the primary key.
+_BEFORE_ID = "COALESCE(%(before_id)s::bigint, 9223372036854775807)"
+
+
 # Per queue, the counts of its jobs by API status and its oldest ready job's wait:
 # CTEs ``live`` and ``dead``, then the select list over them (``live``/``dead`` aliases).
 _QUEUE_COUNTS = """
@@ -1274,19 +1280,30 @@ class Queries:
          WHERE (%(status)s::text IS NULL OR api_status = %(status)s::text)
            AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
            AND (%(task)s::text IS NULL OR task = %(task)s::text)
+           AND id < """ + _BEFORE_ID + """
          ORDER BY id DESC
          LIMIT %(limit)s
     """)
+    # The status hints below only restate the API status in terms of the row's status;
+    # planned with the status given, they fold into the predicate of a partial index
+    # (running: jobs_lease_idx; waiting: jobs_workflow_idx), so a list of a rare status
+    # need not walk the primary key through every other row.
     select_live_jobs = _Plain(_LIVE_SELECT + """
          WHERE (%(status)s::text IS NULL OR """ + _API_STATUS + """ = %(status)s::text)
+           AND (%(status)s::text IS DISTINCT FROM 'running' OR j.status = 'running')
+           AND (%(status)s::text IS DISTINCT FROM 'waiting'
+                OR (j.status = 'waiting' AND j.workflow_id IS NOT NULL))
            AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
            AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+           AND j.id < """ + _BEFORE_ID + """
          ORDER BY j.id DESC
          LIMIT %(limit)s
     """)
     select_dead_jobs = _Plain(_DEAD_SELECT + """
          WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
            AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+           AND (j.failed_at, j.id) < (
+               COALESCE(%(before_failed_at)s::timestamptz, 'infinity'), """ + _BEFORE_ID + """)
          ORDER BY j.failed_at DESC, j.id DESC
          LIMIT %(limit)s
     """)
@@ -1298,6 +1315,55 @@ class Queries:
         UPDATE {schema}.jobs
            SET run_at = run_at - (%(now)s::timestamptz - now())
          WHERE status = 'queued' AND run_at > now() AND run_at <= %(now)s::timestamptz
+    """)
+    # The dashboard's overview: per queue, its unfinished jobs by API status, its dead
+    # jobs and its oldest ready job's wait, plus whether it is paused (a queue with only
+    # finished jobs does not appear). Unlike queue_stats it never counts finished rows,
+    # which are most of a busy table: every branch reads a partial index (jobs_claim_idx,
+    # jobs_lease_idx, jobs_workflow_idx) or dead_jobs_queue_idx, so its cost follows the
+    # backlog, not the table (tests/integration/test_dashboard_api.py EXPLAINs it;
+    # benchmarks/dashboard.py times it with a million jobs).
+    overview_counts = _Plain("""
+        WITH counted AS (
+            SELECT queue,
+                   count(*) FILTER (WHERE run_at <= now()) AS queued,
+                   count(*) FILTER (WHERE run_at > now() AND attempts = 0) AS scheduled,
+                   count(*) FILTER (WHERE run_at > now() AND attempts > 0) AS retrying,
+                   0 AS waiting, 0 AS running, 0 AS dead,
+                   min(run_at) FILTER (WHERE run_at <= now()) AS oldest_queued_run_at
+              FROM {schema}.jobs WHERE status = 'queued' GROUP BY queue
+            UNION ALL
+            SELECT queue, 0, 0, 0, 0, count(*), 0, NULL
+              FROM {schema}.jobs WHERE status = 'running' GROUP BY queue
+            UNION ALL
+            -- Only workflow steps wait: the predicate lets jobs_workflow_idx serve it.
+            SELECT queue, 0, 0, 0, count(*), 0, 0, NULL
+              FROM {schema}.jobs WHERE status = 'waiting' AND workflow_id IS NOT NULL
+             GROUP BY queue
+            UNION ALL
+            SELECT queue, 0, 0, 0, 0, 0, count(*), NULL
+              FROM {schema}.dead_jobs GROUP BY queue
+        ),
+        summed AS (
+            SELECT queue, sum(queued)::bigint AS queued, sum(scheduled)::bigint AS scheduled,
+                   sum(retrying)::bigint AS retrying, sum(waiting)::bigint AS waiting,
+                   sum(running)::bigint AS running, sum(dead)::bigint AS dead,
+                   min(oldest_queued_run_at) AS oldest_queued_run_at
+              FROM counted GROUP BY queue
+        )
+        SELECT COALESCE(c.queue, q.name) AS queue, COALESCE(q.paused, false) AS paused,
+               COALESCE(c.queued, 0) AS queued, COALESCE(c.scheduled, 0) AS scheduled,
+               COALESCE(c.retrying, 0) AS retrying, COALESCE(c.waiting, 0) AS waiting,
+               COALESCE(c.running, 0) AS running, COALESCE(c.dead, 0) AS dead,
+               extract(epoch FROM now() - c.oldest_queued_run_at)::float8
+                   AS oldest_queued_age_seconds
+          FROM summed c FULL JOIN {schema}.queues q ON q.name = c.queue
+         ORDER BY 1
+    """)
+    # Dead jobs per queue, by queue name (the dead jobs page's queue picker): an
+    # index-only scan of dead_jobs_queue_idx.
+    dead_queue_counts = _Plain("""
+        SELECT queue, count(*) AS dead FROM {schema}.dead_jobs GROUP BY queue ORDER BY queue
     """)
     queue_stats = _Plain(_QUEUE_COUNTS + """
         SELECT COALESCE(live.queue, dead.queue) AS queue, """ + _COUNT_COLUMNS + """

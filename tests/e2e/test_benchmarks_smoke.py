@@ -74,6 +74,10 @@ CASES = {
          "--rate", "20", "--kill-every", "1"],
         {"overhead", "soak", "complete", "machine"},
     ),
+    "dashboard": (
+        ["--jobs", "2000", "--dead", "200", "--requests", "2"],
+        {"results", "by_status", "backlog", "backlog_index", "machine"},
+    ),
     "soak": (
         ["--minutes", "0.2", "--rate", "200"],
         {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
