@@ -48,8 +48,10 @@ from typing import Any
 
 import _common as c
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue.db.queries import for_schema
+from pgqueue.worker.producer import LIMITED_SCAN, MAX_KEYS
 
 QUERIES = for_schema(c.SCHEMA)
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -167,8 +169,7 @@ def drain(bench: LimitsBench, variant: str, *, jobs: int, keys: int) -> dict[str
 
 
 def _claim_params() -> dict[str, Any]:
-    return {"worker_id": "bench-claimer", "lease": 30.0, "token": 1, "limit": CLAIM_LIMIT,
-            "max_keys": 100, "scan": 100}
+    return {"worker_id": "bench-claimer", "lease": 30.0, "token": 1, "limit": CLAIM_LIMIT}
 
 
 def _one_claim(conn: psycopg.Connection[Any], variant: str) -> int:
@@ -177,9 +178,16 @@ def _one_claim(conn: psycopg.Connection[Any], variant: str) -> int:
     if variant == "none":
         rows = conn.execute(QUERIES.claim_jobs_any_queue.sql, params, prepare=True).fetchall()
     else:
-        conn.execute(QUERIES.lock_limits.sql, prepare=True).fetchall()
-        rows = conn.execute(QUERIES.claim_limited_jobs_any_queue.sql, params,
-                            prepare=True).fetchall()
+        # As the producer's _claim_limited: take the limits' rows, then claim what they
+        # admit, in one transaction.
+        held = conn.execute(QUERIES.lock_limits.sql, prepare=True).fetchone()
+        assert held is not None
+        queues, tasks, skipped_queues, skipped_tasks = held
+        rows = conn.execute(QUERIES.claim_limited_jobs_any_queue.sql, params | {
+            "locked_queues": queues, "locked_tasks": tasks,
+            "skipped_queues": skipped_queues, "skipped_tasks": skipped_tasks,
+            "max_keys": MAX_KEYS, "scan": CLAIM_LIMIT + LIMITED_SCAN,
+        }, prepare=True).fetchall()
     conn.rollback()
     return len(rows)
 
@@ -197,9 +205,11 @@ def measure_claims(bench: LimitsBench, *, ready: int, keys: int, claims: int
             "FROM generate_series(1, %s) g", (c.QUEUE_NAME, keys, ready))
         setup.execute("VACUUM ANALYZE pgqueue.jobs")
     times: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    # Not autocommit: each claim is rolled back. The claim connection's settings.
-    with psycopg.connect(bench.dsn,
-                         options="-c synchronous_commit=off -c enable_sort=off") as conn:
+    # Not autocommit: each claim is rolled back. The claim connection's settings (see
+    # pgqueue/worker/connections.py), after any the DSN gives.
+    given = conninfo_to_dict(bench.dsn).get("options") or ""
+    options = f"{given} -c synchronous_commit=off -c enable_sort=off".strip()
+    with psycopg.connect(bench.dsn, options=options) as conn:
         for _ in range(claims):
             for variant, settings in VARIANTS.items():
                 bench.module.q.set_queue(c.QUEUE_NAME, **(CLEARED | settings))
