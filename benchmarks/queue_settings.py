@@ -1,12 +1,13 @@
-"""What queue settings cost: the claim with and without the paused-queues check, and an
-enqueue into an unbounded and into a bounded queue.
+"""What queue settings cost: the claim with and without its checks of paused and limited
+queues, limited and paused tasks and paused keys, and an enqueue into an unbounded and
+into a bounded queue.
 
 Claims (the worker's real statement ``claim_jobs_any_queue``, ``LIMIT 8``, prepared, on a
 connection with the claim connection's settings, each rolled back so that every claim
 meets the same table), interleaved round by round:
 
-* ``no_check``  — the statement without the paused-queues condition (the claim of
-  revision 0005, for reference);
+* ``no_check``  — the statement without those checks (the claim of revision 0005, for
+  reference: what queues and limits cost a queue that uses neither);
 * ``no_settings`` — today's statement, table ``queues`` empty;
 * ``paused_other`` — a paused queue with no ready job;
 * ``paused_ahead`` — a paused queue whose ``--paused-ahead`` ready jobs come first in
@@ -33,7 +34,10 @@ from pgqueue.db.queries import for_schema
 QUERIES = for_schema(c.SCHEMA)
 CLAIM_PARAMS: dict[str, Any] = {"worker_id": "bench-claimer", "lease": 30.0, "token": 1,
                                 "limit": 8}
-PAUSED_CHECK = "\nAND queue <> ALL (ARRAY(SELECT name FROM \"pgqueue\".queues WHERE paused))"
+# The claim's checks of queue settings and limits (paused or limited queues, limited or
+# paused tasks, paused keys): from the first of them to ORDER BY. "no_check" drops them.
+CHECKS_START = b"\nAND queue <> ALL (ARRAY(SELECT name FROM"
+CHECKS_END = b"\nORDER BY"
 CLAIM_VARIANTS = ("no_check", "no_settings", "paused_other", "paused_ahead")
 
 
@@ -55,9 +59,10 @@ def _settings(conn: psycopg.Connection[Any], variant: str) -> None:
 
 def measure_claims(dsn: str, *, ready: int, ahead: int, claims: int) -> dict[str, Any]:
     statement = QUERIES.claim_jobs_any_queue.sql
-    assert PAUSED_CHECK.encode() in statement, "the claim's paused-queues check moved"
+    assert CHECKS_START in statement, "the claim's queue-settings checks moved"
+    start, end = statement.index(CHECKS_START), statement.index(CHECKS_END)
     texts = {variant: statement for variant in CLAIM_VARIANTS}
-    texts["no_check"] = statement.replace(PAUSED_CHECK.encode(), b"")
+    texts["no_check"] = statement[:start] + statement[end:]
     times: dict[str, list[float]] = {variant: [] for variant in CLAIM_VARIANTS}
     with c.connect(dsn) as setup:
         _fill(setup, c.QUEUE_NAME, ready, 0)
