@@ -386,21 +386,25 @@ class Workers:
         self.logs: list[Path] = []
 
     def start(self, timeout: float = 30.0) -> None:
+        for n in range(self.count):
+            self.processes.append(self.spawn(f"worker-{n}"))
+        self._wait_registered(timeout)
+
+    def spawn(self, name: str) -> subprocess.Popen[bytes]:
+        """One worker, logging to ``<name>.log`` in the bench's directory."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(self.bench.module_dir), *filter(None, [env.get("PYTHONPATH")])])
-        for n in range(self.count):
-            log_path = self.bench.root / f"worker-{n}.log"
-            self.logs.append(log_path)
-            with log_path.open("wb") as log_file:
-                self.processes.append(subprocess.Popen(
-                    [*pgq_command(), "worker", "-A", "bench_tasks:q", "--dsn", self.dsn,
-                     "--concurrency", str(self.concurrency), "--queues", QUEUE_NAME,
-                     "--log-level", self.log_level, *self.extra],
-                    env=env, cwd=self.bench.module_dir, stdout=subprocess.DEVNULL,
-                    stderr=log_file, start_new_session=True,
-                ))
-        self._wait_registered(timeout)
+        log_path = self.bench.root / f"{name}.log"
+        self.logs.append(log_path)
+        with log_path.open("wb") as log_file:
+            return subprocess.Popen(
+                [*pgq_command(), "worker", "-A", "bench_tasks:q", "--dsn", self.dsn,
+                 "--concurrency", str(self.concurrency), "--queues", QUEUE_NAME,
+                 "--log-level", self.log_level, *self.extra],
+                env=env, cwd=self.bench.module_dir, stdout=subprocess.DEVNULL,
+                stderr=log_file, start_new_session=True,
+            )
 
     def _wait_registered(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -38,7 +38,6 @@ import contextlib
 import os
 import random
 import signal
-import subprocess
 import sys
 import textwrap
 import threading
@@ -226,31 +225,14 @@ def measure_claims(bench: LimitsBench, *, ready: int, keys: int, claims: int
 # -- soak ---------------------------------------------------------------------------------
 
 
-class Cluster:
-    """``pgq worker`` processes, each in its own process group, killed and restarted."""
+class Cluster(c.Workers):
+    """``pgq worker`` processes (each in its own process group), killed and restarted."""
 
     def __init__(self, bench: LimitsBench, *, count: int, concurrency: int, lease: float
                  ) -> None:
-        self.bench = bench
-        self.command = [*c.pgq_command(), "worker", "-A", "bench_tasks:q", "--dsn", bench.dsn,
-                        "--concurrency", str(concurrency), "--queues", c.QUEUE_NAME,
-                        "--lease", f"{lease:g}s", "--poll-interval", "1s",
-                        "--log-level", "warning"]
-        self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(bench.module_dir), *filter(None, [self.env.get("PYTHONPATH")])])
-        self.processes: list[subprocess.Popen[bytes]] = []
+        super().__init__(bench, count=count, concurrency=concurrency,
+                         extra=["--lease", f"{lease:g}s", "--poll-interval", "1s"])
         self.started = 0
-        for _ in range(count):
-            self.processes.append(self._spawn())
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        self.started += 1
-        log_path = self.bench.root / f"soak-worker-{self.started}.log"
-        with log_path.open("wb") as log_file:
-            return subprocess.Popen(self.command, env=self.env, cwd=self.bench.module_dir,
-                                    stdout=subprocess.DEVNULL, stderr=log_file,
-                                    start_new_session=True)
 
     def kill_one(self) -> None:
         """SIGKILL a random worker's process group; start a new worker in its place."""
@@ -259,19 +241,8 @@ class Cluster:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
-        self.processes[index] = self._spawn()
-
-    def stop(self) -> None:
-        for process in self.processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        self.started += 1
+        self.processes[index] = self.spawn(f"soak-worker-{self.started}")
 
 
 class RunningSampler(threading.Thread):
@@ -313,6 +284,7 @@ def soak(bench: LimitsBench, *, minutes: float, rate: float, limit: int, workers
     bench.module.q.workers()  # the enqueue pool, opened before the clock starts
     sampler = RunningSampler(bench.dsn, limit)
     cluster = Cluster(bench, count=workers, concurrency=concurrency, lease=lease)
+    cluster.start()
     sampler.start()
     enqueued = kills = 0
     try:

@@ -7,6 +7,7 @@ the CSRF token (see ``security``), checked by :func:`_check_form` before anythin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Final
 from urllib.parse import quote, urlencode
@@ -202,18 +203,9 @@ def queues(request: Request) -> Response:
 def pause_queue(request: Request, name: str, action: str, csrf_token: CsrfField = ""
                 ) -> Response:
     """Pause or resume a queue."""
-    refused = _check_form(request, csrf_token)
-    if refused is not None:
-        return refused
     queue = _queue(request)
-    if action == "pause":
-        queue.pause_queue(name)
-    elif action == "resume":
-        queue.resume_queue(name)
-    else:
-        return PlainTextResponse(f"unknown action {action!r}: pause or resume",
-                                 status_code=404)
-    return _back("/queues", notice=f"queue {name!r} {action}d")
+    return _pause_or_resume(request, csrf_token, "queue", name, action,
+                            queue.pause_queue, queue.resume_queue)
 
 
 @router.get("/schedules", response_class=HTMLResponse)
@@ -227,18 +219,23 @@ def schedules(request: Request) -> Response:
 def pause_schedule(request: Request, name: str, action: str, csrf_token: CsrfField = ""
                    ) -> Response:
     """Pause or resume a schedule."""
+    queue = _queue(request)
+    return _pause_or_resume(request, csrf_token, "schedule", name, action,
+                            queue.pause_schedule, queue.resume_schedule)
+
+
+def _pause_or_resume(request: Request, csrf_token: str, what: str, name: str, action: str,
+                     pause: Callable[[str], object], resume: Callable[[str], object]
+                     ) -> Response:
+    """The form posts of the queues and schedules pages: check, act, go back."""
     refused = _check_form(request, csrf_token)
     if refused is not None:
         return refused
-    queue = _queue(request)
-    if action == "pause":
-        queue.pause_schedule(name)
-    elif action == "resume":
-        queue.resume_schedule(name)
-    else:
+    if action not in ("pause", "resume"):
         return PlainTextResponse(f"unknown action {action!r}: pause or resume",
                                  status_code=404)
-    return _back("/schedules", notice=f"schedule {name!r} {action}d")
+    (pause if action == "pause" else resume)(name)
+    return _back(f"/{what}s", notice=f"{what} {name!r} {action}d")
 
 
 # -- login ----------------------------------------------------------------------------------

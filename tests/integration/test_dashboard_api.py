@@ -192,6 +192,23 @@ def test_queues_and_schedules_pause_and_resume(client: TestClient, q: Queue) -> 
     assert client.post("/api/schedules/nope/pause").status_code == 404
 
 
+def test_the_queues_and_schedules_pages_pause_and_resume_with_their_forms(
+    client: TestClient, q: Queue
+) -> None:
+    _jobs(q, 1, queue="email")
+    q.schedule("nightly", "0 3 * * *", "t")
+    token = _csrf(client, "/queues")
+    for path, check in (("/queues/email", lambda: q.queues()[0].paused),
+                        ("/schedules/nightly", lambda: q.schedules()[0].paused)):
+        assert client.post(f"{path}/pause").status_code == 403  # no CSRF token
+        done = client.post(f"{path}/pause", data={"csrf_token": token},
+                           follow_redirects=False)
+        assert done.status_code == 303 and check()
+        client.post(f"{path}/resume", data={"csrf_token": token})
+        assert not check()
+        assert client.post(f"{path}/stop", data={"csrf_token": token}).status_code == 404
+
+
 def test_openapi_document_lists_the_contract_endpoints(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     for path in ("/api/stats", "/api/jobs", "/api/jobs/{job_id}", "/api/dead",
