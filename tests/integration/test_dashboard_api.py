@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -198,8 +198,10 @@ def test_the_queues_and_schedules_pages_pause_and_resume_with_their_forms(
     _jobs(q, 1, queue="email")
     q.schedule("nightly", "0 3 * * *", "t")
     token = _csrf(client, "/queues")
-    for path, check in (("/queues/email", lambda: q.queues()[0].paused),
-                        ("/schedules/nightly", lambda: q.schedules()[0].paused)):
+    checks: list[tuple[str, Callable[[], bool]]] = [
+        ("/queues/email", lambda: q.queues()[0].paused),
+        ("/schedules/nightly", lambda: q.schedules()[0].paused)]
+    for path, check in checks:
         assert client.post(f"{path}/pause").status_code == 403  # no CSRF token
         done = client.post(f"{path}/pause", data={"csrf_token": token},
                            follow_redirects=False)
