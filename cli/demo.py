@@ -34,6 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pgqueue import ConfigurationError, Queue, Task
+from pgqueue.queues import DEFAULT_SETTINGS
 from pgqueue.settings import EMBEDDED
 from pgqueue.stats import QueueStats
 from pgqueue.worker import BackgroundWorker, WorkerSettings
@@ -266,9 +267,9 @@ def demo(
         # Settings someone tried on the demo's queue (pgq queues pause demo) would hold its
         # jobs: the demo's queue runs with the defaults.
         state = queue.set_queue(name)
-        if state.paused or any(value is not None for value in state.settings.values()):
+        if state.paused or state.settings != DEFAULT_SETTINGS:
             queue.resume_queue(name)
-            queue.set_queue(name, max_queued=None, priority_aging=None)
+            queue.set_queue(name, **DEFAULT_SETTINGS)
             say(f"[green]✓[/] reset queue {name!r} to its defaults (it was "
                 f"{'paused' if state.paused else 'configured'}: pgq queues list)")
         started = time.monotonic()

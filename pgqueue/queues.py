@@ -21,8 +21,8 @@ from pgqueue.errors import ConfigurationError
 from pgqueue.limits import whole_number_or_none
 from pgqueue.settings import parse_duration
 
-__all__ = ["QUEUE_FULL", "UNSET", "QueueInfo", "Unset", "list_queues", "max_queued",
-           "pause_queue", "priority_aging", "queue_info", "set_settings"]
+__all__ = ["DEFAULT_SETTINGS", "QUEUE_FULL", "UNSET", "QueueInfo", "Unset", "list_queues",
+           "max_queued", "pause_queue", "priority_aging", "queue_info", "set_settings"]
 
 
 class Unset(Enum):
@@ -44,6 +44,12 @@ QUEUE_FULL = "PQ001"
 SETTING_COLUMNS = ("max_queued", "priority_aging", "concurrency", "key_concurrency",
                    "rate_limit", "rate_amount", "rate_window", "rate_unit", "fair")
 LIMIT_COLUMNS = frozenset(SETTING_COLUMNS[2:])
+
+# A queue's settings when nobody set any (QueueInfo.settings of a queue without a row):
+# also what Queue.set_queue(name, **DEFAULT_SETTINGS) puts back.
+DEFAULT_SETTINGS: Final[dict[str, Any]] = {
+    "max_queued": None, "priority_aging": None, "concurrency": None, "key_concurrency": None,
+    "rate_limit": None, "fair": False}
 
 # The counts of QueueInfo.counts, in the order tables show them.
 COUNTS = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded", "cancelled",

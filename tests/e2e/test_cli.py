@@ -407,13 +407,17 @@ def test_demo_with_dsn(dsn: str) -> None:
 
 def test_demo_runs_even_after_its_queue_was_paused_or_bounded(dsn: str) -> None:
     ok("queues", "pause", "demo", "--dsn", dsn)
-    ok("queues", "set", "demo", "--max-queued", "10", "--dsn", dsn)
+    ok("queues", "set", "demo", "--max-queued", "10", "--concurrency", "1", "--rate", "1/h",
+       "--dsn", dsn)
     result = ok("demo", "--jobs", "300", "--dsn", dsn)
     assert "reset queue 'demo' to its defaults (it was paused" in result.stdout
     assert "pgqueue demo: summary" in result.stdout
     (demo,) = json_of("queues", "list", "--dsn", dsn)
-    assert (demo["paused"], demo["settings"]) == (False, {"max_queued": None,
-                                                          "priority_aging": None})
+    assert (demo["paused"], demo["settings"]) == (False, {
+        "max_queued": None, "priority_aging": None, "concurrency": None,
+        "key_concurrency": None, "rate_limit": None, "fair": False})
+    # A queue with the defaults is left alone: no reset the second time.
+    assert "reset queue" not in ok("demo", "--jobs", "50", "--dsn", dsn).stdout
 
 
 def test_demo_embedded_in_a_fresh_directory(workdir: Path) -> None:
