@@ -396,7 +396,8 @@ class Queue:
         )
 
     def close(self) -> None:
-        """Close this Queue's connection pools (sync ones; async pools close with their loop)."""
+        """Close this Queue's sync connection pool (async ones: :meth:`close_async`, in
+        their loop; a script should call it before ``asyncio.run`` returns)."""
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
