@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
 import psycopg
 
-from pgqueue.errors import first_line
+from pgqueue.errors import DatabaseUnavailable, first_line
 from pgqueue.worker.backoff import Backoff, is_retryable
 from pgqueue.worker.connections import Connect
 
@@ -58,6 +59,28 @@ async def retrying(
         else:
             backoff.reset()
             return result
+
+
+async def retrying_for(attempt: Callable[[], Awaitable[T]], *, timeout: float) -> T:
+    """``attempt()`` until it succeeds or ``timeout`` seconds have passed: how a worker,
+    and a supervisor of workers, wait for the database at start-up. Each failure is
+    logged with the delay before the next try (0.5 s doubling to 5 s); past the timeout,
+    :class:`DatabaseUnavailable` names the last error in one line."""
+    deadline = time.monotonic() + timeout
+    backoff = Backoff(base=0.5, cap=5.0)
+
+    def failed(exc: Exception, delay: float) -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DatabaseUnavailable(
+                f"could not connect to the database within {timeout:g}s: {first_line(exc)}"
+            ) from None
+        delay = min(delay, remaining)
+        logger.warning("Cannot connect to the database (attempt %d: %s); retrying in "
+                       "%.1f s.", backoff.failures, first_line(exc), delay)
+        return delay
+
+    return await retrying(attempt, backoff=backoff, on_failure=failed)
 
 
 class Service:

@@ -53,11 +53,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pgqueue.db.migrate import check_schema_async
-from pgqueue.errors import DatabaseUnavailable, first_line
+from pgqueue.errors import first_line
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import WorkerConnections
 from pgqueue.worker.maintenance import Maintenance
-from pgqueue.worker.service import retrying
+from pgqueue.worker.service import retrying_for
 
 if TYPE_CHECKING:
     from pgqueue.queue import Queue
@@ -188,8 +188,6 @@ class Supervisor:
     async def _wait_for_database(self) -> None:
         """Connect and check the schema, retrying for ``connect_timeout`` (as a worker
         does before it registers)."""
-        deadline = time.monotonic() + self.connect_timeout
-        backoff = Backoff(base=0.5, cap=5.0)
 
         async def check() -> None:
             conn = await self.connections.connect()
@@ -198,19 +196,7 @@ class Supervisor:
             finally:
                 await conn.close()
 
-        def failed(exc: Exception, delay: float) -> float:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise DatabaseUnavailable(
-                    f"could not connect to the database within {self.connect_timeout:g}s: "
-                    f"{first_line(exc)}"
-                ) from None
-            delay = min(delay, remaining)
-            logger.warning("Cannot connect to the database (attempt %d: %s); retrying in "
-                           "%.1f s.", backoff.failures, first_line(exc), delay)
-            return delay
-
-        await retrying(check, backoff=backoff, on_failure=failed)
+        await retrying_for(check, timeout=self.connect_timeout)
 
     # -- children -----------------------------------------------------------------------
 

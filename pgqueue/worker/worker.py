@@ -30,10 +30,9 @@ from pgqueue import tracing
 from pgqueue.db.migrate import check_schema_async
 from pgqueue.db.names import notify_channel
 from pgqueue.db.plans import run_async
-from pgqueue.errors import ConfigurationError, DatabaseUnavailable, first_line
+from pgqueue.errors import ConfigurationError, first_line
 from pgqueue.limits import declare_task_limits
 from pgqueue.worker import timings
-from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.connections import CLAIMS, COMPLETIONS, TaskConnections, WorkerConnections
 from pgqueue.worker.counts import OutcomeCounts
@@ -44,7 +43,7 @@ from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.producer import MAX_CLAIM, Producer
 from pgqueue.worker.scheduler import Scheduler
-from pgqueue.worker.service import Service, retrying
+from pgqueue.worker.service import Service, retrying_for
 from pgqueue.worker.settings import WorkerSettings
 from pgqueue.worker.threads import DaemonThreadPool
 
@@ -375,8 +374,6 @@ class Worker:
     async def _wait_for_database(self) -> None:
         """Connect, check the schema and register (the first heartbeat, which inserts the
         worker's row before the first claim), retrying for ``connect_timeout``."""
-        deadline = time.monotonic() + self.settings.connect_timeout
-        backoff = Backoff(base=0.5, cap=5.0)
 
         async def check() -> None:
             conn = await self.connections.connect()
@@ -389,19 +386,7 @@ class Worker:
                 await conn.close()
             await self.heartbeat.beat()
 
-        def failed(exc: Exception, delay: float) -> float:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise DatabaseUnavailable(
-                    f"could not connect to the database within "
-                    f"{self.settings.connect_timeout:g}s: {first_line(exc)}"
-                ) from None
-            delay = min(delay, remaining)
-            logger.warning("Cannot connect to the database (attempt %d: %s); retrying in "
-                           "%.1f s.", backoff.failures, first_line(exc), delay)
-            return delay
-
-        await retrying(check, backoff=backoff, on_failure=failed)
+        await retrying_for(check, timeout=self.settings.connect_timeout)
 
     async def run(self) -> int:
         """Run until stopped; returns the process exit status (0 for a clean stop)."""
