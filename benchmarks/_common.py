@@ -448,11 +448,13 @@ class Workers:
 
 
 @contextlib.contextmanager
-def bench_session(dsn: str, *, result_ttl: int = 86400, drop: bool = False) -> Iterator[Bench]:
-    """Database ready, schema migrated, task module written; everything cleaned up after."""
+def bench_session(dsn: str, *, result_ttl: int = 86400, drop: bool = False,
+                  kind: type[Bench] = Bench) -> Iterator[Bench]:
+    """Database ready, schema migrated, task module written (``kind``: a Bench subclass
+    with a module of its own); everything cleaned up after."""
     ensure_database(dsn)
     reset_schema(dsn)
-    bench = Bench(dsn, result_ttl=result_ttl)
+    bench = kind(dsn, result_ttl=result_ttl)
     bench.setup()
     try:
         yield bench

@@ -42,7 +42,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import _common as c
@@ -95,22 +94,6 @@ class LimitsBench(c.Bench):
 
         self.module = bench_tasks
         return bench_tasks
-
-
-@contextlib.contextmanager
-def session(dsn: str, drop: bool) -> Iterator[LimitsBench]:
-    c.ensure_database(dsn)
-    c.reset_schema(dsn)
-    bench = LimitsBench(dsn)
-    bench.setup()
-    try:
-        yield bench
-    finally:
-        if bench.module is not None:
-            bench.module.q.close()
-        bench.cleanup()
-        if drop:
-            c.drop_database(dsn)
 
 
 def fresh(bench: LimitsBench, settings: dict[str, Any]) -> None:
@@ -359,7 +342,7 @@ def main() -> None:
     p.add_argument("--lease", type=float, default=3.0, help="soak: the workers' --lease")
     args = p.parse_args()
 
-    with session(args.dsn, args.drop) as bench:
+    with c.bench_session(args.dsn, drop=args.drop, kind=LimitsBench) as bench:
         info = c.machine(args.dsn)
         drains = {}
         for variant in VARIANTS:
