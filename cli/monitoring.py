@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import typer
 
-from pgqueue.stats import QueueStats, WorkerInfo
+from pgqueue.stats import QueueStats, WorkerInfo, age
 
 from .context import CliContext, connected
-from .output import age, output, print_table, when
+from .output import output, print_table, when
 
 STAT_COLUMNS = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded",
                 "cancelled", "dead")

@@ -65,19 +65,6 @@ def output(context: CliContext, result: Result, text: Callable[[], object]) -> N
         print_json([item.to_dict() for item in result])
     else:
         print_json(result.to_dict())
-
-
-def age(seconds: float | None) -> str:
-    """A wait for a table cell: seconds, minutes or hours, or ``-``."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
 def when(value: datetime | None) -> str:
     """A timestamp for a table cell: UTC to the second, or ``-``."""
     if value is None:

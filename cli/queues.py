@@ -12,9 +12,10 @@ import typer
 
 from pgqueue.limits import Pause, TaskLimits
 from pgqueue.queues import COUNTS, QueueInfo
+from pgqueue.stats import age
 
 from .context import CliContext, connected
-from .output import age, output, print_table
+from .output import output, print_table
 
 app = typer.Typer(
     help="Pause, resume and configure queues; list them with their jobs by status.",

@@ -28,11 +28,10 @@ from rich.text import Text
 
 from pgqueue import Queue
 from pgqueue.settings import parse_duration
-from pgqueue.stats import QueueStats, ThroughputPoint, WorkerInfo
+from pgqueue.stats import QueueStats, ThroughputPoint, WorkerInfo, age
 
 from .context import CliContext, connected
 from .errors import one_line_error
-from .output import age
 
 # Minutes of throughput read per refresh: the sparkline's width; the rate averages the
 # last RATE_MINUTES of them.

@@ -23,7 +23,7 @@ T = TypeVar("T", bound="DataclassInstance")
 
 __all__ = [
     "Overview", "QueueOverview", "QueueStats", "ThroughputPoint", "WorkerInfo", "WorkerStatus",
-    "list_workers", "overview", "queue_stats", "throughput",
+    "age", "list_workers", "overview", "queue_stats", "throughput",
 ]
 
 
@@ -184,3 +184,17 @@ def throughput(
 def _build(kind: type[T], row: Row) -> T:
     """``kind`` from the row's columns of the same names (a row may hold more)."""
     return kind(**{f.name: row[f.name] for f in fields(kind)})
+
+
+def age(seconds: float | None, *, days: bool = False) -> str:
+    """A wait for a table cell: ``4.2s``, ``12m``, ``3.1h`` (with ``days``, ``2.0d`` from
+    two days on), or ``-``."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if days and seconds >= 172800:
+        return f"{seconds / 86400:.1f}d"
+    return f"{seconds / 3600:.1f}h"

@@ -14,6 +14,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from pgqueue.stats import age as table_age
+
 FRAGMENT_HEADER: Final = "x-pgqueue-fragment"
 STATUSES: Final = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded",
                    "cancelled", "dead")
@@ -21,15 +23,7 @@ STATUSES: Final = ("queued", "scheduled", "retrying", "waiting", "running", "suc
 
 def age(seconds: float | None) -> str:
     """A wait for people: ``4.2s``, ``12m``, ``3.1h``, ``2.0d``, or ``-``."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+    return table_age(seconds, days=True)
 
 
 def when(value: datetime | str | None) -> str:
