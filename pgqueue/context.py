@@ -13,6 +13,7 @@ but an awaitable in an async one (the worker tells the context which the task is
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from types import TracebackType
@@ -60,10 +61,6 @@ class JobContext:
         # The claim's lease_token: ctx.transaction() locks and completes the job only
         # while the row still carries it (the same fence as the completer's).
         self.lease_token = lease_token
-        self.logger = logging.LoggerAdapter(
-            logger,
-            {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts},
-        )
         self._queries = queries
         self._report_progress = report_progress
         self._connections = connections
@@ -87,6 +84,16 @@ class JobContext:
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job.id} task={self.job.task} attempt={self.attempt}>"
+
+    @functools.cached_property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose records carry the job's id, task, queue and attempt. Made on
+        first use: most tasks never log, and the worker makes a context per job."""
+        job = self.job
+        return logging.LoggerAdapter(
+            logger,
+            {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts},
+        )
 
     @property
     def cancel_requested(self) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import psycopg
 
 from pgqueue.db.names import notify_channel
@@ -29,6 +30,22 @@ from pgqueue.worker.service import Service
 logger = logging.getLogger("pgqueue.worker")
 
 MAX_BATCH = 1000
+
+
+def outcome_params(batch: list[Outcome]) -> dict[str, Any]:
+    """``complete_jobs``'s parameters for a batch: the outcomes as one JSON array of
+    ``[id, token, kind, result, error, delay, progress]``, and whether any is dead.
+
+    Every text in it is storable: results and progress are pgqueue's own JSON text, and
+    errors went through ``storable_text``.
+    """
+    return {
+        "outcomes": orjson.dumps([
+            (o.job_id, o.token, o.kind, o.result, o.error, o.delay, o.progress)
+            for o in batch
+        ]).decode(),
+        "any_dead": any(o.kind == "dead" for o in batch),
+    }
 
 
 class Completer(Service):
@@ -55,6 +72,9 @@ class Completer(Service):
         self._pending: dict[tuple[int, int], Outcome] = {}
         # The batch being written: kept until a write succeeds, across reconnections.
         self._batch: list[Outcome] = []
+        # How many of the outcomes in _pending and _batch are final (see unrecorded):
+        # kept as a count, for the worker asks before every claim.
+        self._finals = 0
         self._arrived = asyncio.Event()
         self._hurry = asyncio.Event()
         self._idle = asyncio.Event()
@@ -70,6 +90,8 @@ class Completer(Service):
                 outcome = replace(previous, progress=outcome.progress)
             else:
                 outcome = outcome.merged_with_progress(previous.progress)
+        if outcome.final and (previous is None or not previous.final):
+            self._finals += 1
         self._pending[key] = outcome
         self._idle.clear()
         self._arrived.set()
@@ -78,7 +100,7 @@ class Completer(Service):
     def unrecorded(self) -> int:
         """Final outcomes not yet committed. Their jobs still read ``running`` in SQL, so
         the worker counts them against its slots (what SQL shows stays true)."""
-        return sum(1 for _ in self._unrecorded())
+        return self._finals
 
     def unrecorded_in(self, queue: str) -> int:
         """:attr:`unrecorded` for one queue (per-queue slots)."""
@@ -120,6 +142,7 @@ class Completer(Service):
             if not self._batch:
                 self._batch = self._take_batch()
             await self._write(await self.connection(), self._batch)
+            self._finals -= sum(1 for o in self._batch if o.final)
             self._batch = []
         self._idle.set()
 
@@ -132,15 +155,7 @@ class Completer(Service):
         return [self._pending.pop(key) for key in keys]
 
     async def _write(self, conn: psycopg.AsyncConnection[Any], batch: list[Outcome]) -> None:
-        params = {
-            "ids": [o.job_id for o in batch],
-            "tokens": [o.token for o in batch],
-            "kinds": [o.kind for o in batch],
-            "results": [o.result for o in batch],
-            "errors": [o.error for o in batch],
-            "delays": [o.delay for o in batch],
-            "progress": [o.progress for o in batch],
-        }
+        params = outcome_params(batch)
         # Prepared after five executions like any statement; see connections.COMPLETIONS
         # for why its cached plan cannot degrade into a sequential scan.
         # Workflow steps: their successors are locked first, in one order, in the

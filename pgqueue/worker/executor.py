@@ -147,11 +147,11 @@ class Executor:
         self, task: Task[Any, Any], execution: Execution, args: list[Any], kwargs: dict[str, Any]
     ) -> Any:
         timeout = execution.job.timeout
+        if task.is_async and timeout is None:
+            return await task.func(*args, **kwargs)
         deadline = asyncio.timeout(timeout)
         try:
             if task.is_async:
-                if timeout is None:
-                    return await task.func(*args, **kwargs)
                 return await self._bounded(task.func(*args, **kwargs), execution, deadline)
             call: Callable[[], Any] = functools.partial(task.func, *args, **kwargs)
             if tracing.ENABLED and tracing.active():

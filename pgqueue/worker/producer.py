@@ -1,9 +1,13 @@
-"""The producer: claims ready jobs for the free slots, never more.
+"""The producer: claims ready jobs for the free places, never more.
 
-A claim takes at most as many jobs as there are free slots (jobs hoarded under a lease
-would sit idle while other workers starve). After a full claim it claims again at once;
-after a short one it sleeps until a NOTIFY, a freed slot, the next scheduled ``run_at``,
-or the poll interval — whichever comes first.
+A worker has ``concurrency`` slots plus its prefetch allowance (worker/prefetch.py) of
+places, and a claim takes at most as many jobs as there are free places (jobs hoarded
+under a lease would sit idle while other workers starve). While prefetched jobs still
+wait to start, it waits until half the allowance is free and claims that in one go: a
+claim's cost is mostly per statement, so a busy worker claims in batches of up to
+``MAX_CLAIM``. After a full claim it claims again at once; after a short one it sleeps
+until a NOTIFY, a freed slot, the next scheduled ``run_at``, or the poll interval —
+whichever comes first.
 
 Where a claim starts. Every job claimed since the last vacuum leaves a dead entry at the
 head of ``jobs_claim_idx``, and a claim that starts at the head walks over all of them:
@@ -92,6 +96,8 @@ class Producer(Service):
         is_idle: Callable[[], bool] = lambda: True,
         starved: Callable[[], None] = lambda: None,
         queue_room: Callable[[str], int] | None = None,
+        waiting: Callable[[], int] = lambda: 0,
+        claim_batch: Callable[[], int] = lambda: 1,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff())
         self._link = connect
@@ -112,6 +118,8 @@ class Producer(Service):
         }
         self.poll_interval = poll_interval
         self._free_slots = free_slots
+        self._waiting = waiting
+        self._claim_batch = claim_batch
         self._start_job = start
         self._healthy = healthy
         self._burst = burst
@@ -288,7 +296,7 @@ class Producer(Service):
 
     async def _wait_for_slot(self) -> None:
         self._slot_freed.clear()
-        if self._free_slots() == 0:
+        if self._full():
             self._starved()
             await self._slot_freed.wait()
         # Let executions finishing in this same loop iteration free their slots too, so
@@ -363,9 +371,20 @@ class Producer(Service):
             return
         await self._idle()
 
+    def _full(self) -> bool:
+        """True while a claim is not worth its round trip: no place is free, or fewer
+        than a claim batch are while enough prefetched jobs still wait to start (they
+        keep the slots busy until more places free)."""
+        free = self._free_slots()
+        if free == 0:
+            return True
+        batch = self._claim_batch()
+        return free < batch and self._waiting() >= batch
+
     async def _can_claim(self) -> bool:
-        """False (after waiting a little) while no slot is free or heartbeats fail."""
-        if self._free_slots() == 0:
+        """False (after waiting a little) while a claim is not worth it (``_full``) or
+        heartbeats fail."""
+        if self._full():
             await self._wait_for_slot()
             return False
         if not self._healthy():

@@ -32,9 +32,8 @@ class WorkerSettings(BaseModel):
 
     concurrency: int = Field(default=8, ge=1, le=10_000)
     # Jobs claimed beyond the slots: prefetched jobs waiting to start, and ended jobs
-    # whose outcome is not committed yet. See Worker._free_slots and docs/explanation/
-    # performance.md for the measurement behind the default.
-    # None: as many as ``concurrency``.
+    # whose outcome is not committed yet. None: measured as the worker runs, from one
+    # job to 512 (worker/prefetch.py, with the measurements behind it).
     prefetch: int | None = Field(default=None, ge=0, le=10_000)
     # Claimed in this order: the first until it has nothing ready, then the next
     # (producer.py). Empty: every queue, by priority.
@@ -72,12 +71,6 @@ class WorkerSettings(BaseModel):
     # ``pgq worker --processes`` gives each child process its own, so the supervisor
     # knows the child's id (and can release its jobs the moment it dies) without asking.
     id_suffix: str | None = Field(default=None, pattern=r"^[0-9a-z]{1,32}$")
-
-    @property
-    def allowance(self) -> int:
-        """Jobs a worker may hold beyond its slots (``prefetch``; by default as many as
-        the slots)."""
-        return self.concurrency if self.prefetch is None else self.prefetch
 
     def __init__(self, **data: Any) -> None:
         try:

@@ -41,6 +41,7 @@ from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.prefetch import Prefetch
 from pgqueue.worker.producer import MAX_CLAIM, Producer
 from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import Service, retrying_for
@@ -75,6 +76,8 @@ class Worker:
         # them all); the prefetched ones also wait in _waiting, in claim order.
         self.executions: dict[int, Execution] = {}
         self._waiting: deque[Execution] = deque()
+        # How many jobs beyond the slots it may hold: --prefetch K, or measured.
+        self.prefetch = Prefetch(settings.prefetch)
         self._draining = False
         self._stop = asyncio.Event()
         self._interrupts = 0
@@ -120,6 +123,7 @@ class Worker:
             start=self._start, healthy=lambda: self.heartbeat.healthy,
             burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
             queue_room=self._queue_room if settings.queue_slots else None,
+            waiting=lambda: len(self._waiting), claim_batch=lambda: self.prefetch.claim_batch,
         )
         self.maintenance = Maintenance(
             connect=self.connections.link(), queries=queries,
@@ -222,7 +226,7 @@ class Worker:
         thread stuck in a sync call whose attempt already ended keeps its slot.
         """
         held = len(self.executions) + self.completer.unrecorded + self.threads.stuck
-        return max(0, self.settings.concurrency + self.settings.allowance - held)
+        return max(0, self.settings.concurrency + self.prefetch.allowance - held)
 
     def _queue_room(self, queue: str) -> int:
         """How many more of ``queue``'s jobs this worker may hold (``name:N`` slots).
@@ -296,6 +300,7 @@ class Worker:
         self.producer.slot_freed()
 
     def _finished(self, execution: Execution, done: asyncio.Task[Outcome | None]) -> None:
+        self.prefetch.ended()
         self._forget(execution)
         self._start_waiting()
         if done.cancelled():

@@ -26,7 +26,9 @@ import pytest
 from psycopg import sql
 
 from pgqueue.db.queries import for_schema
+from pgqueue.worker.completer import outcome_params
 from pgqueue.worker.connections import COMPLETIONS
+from pgqueue.worker.outcome import Outcome
 from tests._database import DatabaseFactory, DatabaseServer, TemplateCache
 from tests._prepared import as_prepared
 
@@ -313,10 +315,9 @@ def test_a_job_enqueued_to_run_now_enters_no_scheduled_index_entry(dsn: str) -> 
 # jobs for every batch. The completer's connection therefore plans with
 # enable_seqscan = off (connections.COMPLETIONS), which leaves the primary key as the only way
 # to reach a row.
-COMPLETE_PARAMS: dict[str, Any] = {
-    "ids": [1, 2], "tokens": [1, 1], "kinds": ["succeeded", "dead"], "results": ["1", None],
-    "errors": [None, "boom"], "delays": [0.0, 0.0], "progress": [None, None],
-}
+COMPLETE_PARAMS: dict[str, Any] = outcome_params([
+    Outcome(1, 1, 1, "succeeded", "1"), Outcome(2, 1, 1, "dead", error="boom"),
+])
 
 
 @pytest.mark.parametrize("completer_settings", [True, False], ids=["completer", "defaults"])

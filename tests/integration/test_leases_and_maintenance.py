@@ -22,7 +22,7 @@ import pytest
 
 from pgqueue import Job, JobContext, Queue
 from pgqueue.db.queries import ClaimedJob, HeldJob, RecordedOutcome, for_schema
-from pgqueue.worker.completer import Completer
+from pgqueue.worker.completer import Completer, outcome_params
 from pgqueue.worker.connections import Link, WorkerConnections
 from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.maintenance import Maintenance
@@ -76,15 +76,11 @@ async def complete(
     aconn: psycopg.AsyncConnection[Any], *outcomes: tuple[int, int, str]
 ) -> list[RecordedOutcome]:
     """Run complete_jobs for (id, lease token, kind) outcomes; return the rows it changed."""
-    return await QUERIES.complete_jobs.all(aconn, {
-        "ids": [o[0] for o in outcomes],
-        "tokens": [o[1] for o in outcomes],
-        "kinds": [o[2] for o in outcomes],
-        "results": ['"ok"' for _ in outcomes],
-        "errors": ["failed" if o[2] in ("retry", "dead") else None for o in outcomes],
-        "delays": [0.0 for _ in outcomes],
-        "progress": [None for _ in outcomes],
-    })
+    return await QUERIES.complete_jobs.all(aconn, outcome_params([
+        Outcome(job_id, 1, token, kind, '"ok"',  # type: ignore[arg-type]
+                error="failed" if kind in ("retry", "dead") else None)
+        for job_id, token, kind in outcomes
+    ]))
 
 
 # -- fencing ---------------------------------------------------------------------------------
