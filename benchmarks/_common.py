@@ -236,6 +236,15 @@ def unfinished(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux ``/proc``), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def server_cpu_seconds(conn: psycopg.Connection[Any]) -> float | None:
     """CPU time (user + system) used so far by this database's server processes and the
     server's background processes (WAL writer, checkpointer...), from ``/proc``; None
@@ -244,15 +253,8 @@ def server_cpu_seconds(conn: psycopg.Connection[Any]) -> float | None:
     rows = conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
         "OR datname IS NULL").fetchall()
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = 0
-    for (pid,) in rows:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks if total else None
+    total = sum(cpu_seconds(pid) or 0.0 for (pid,) in rows)
+    return total or None
 
 
 def machine(dsn: str) -> dict[str, Any]:
@@ -491,9 +493,10 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
     items = [(i, *extra_args) for i in range(jobs)]
     bench.module.q.workers()  # opens the enqueue pool outside the timing
     with Workers(bench, count=processes, concurrency=concurrency, extra=worker_args,
-                 dsn=worker_dsn), \
+                 dsn=worker_dsn) as workers, \
             connect(bench.dsn) as conn:
         cpu_before = server_cpu_seconds(conn)
+        worker_before = [cpu_seconds(pid) for pid in workers.pids()]
         t0 = time.perf_counter()
         getattr(bench.module, task).enqueue_many(items)
         t1 = time.perf_counter()
@@ -506,9 +509,14 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
             time.sleep(0.005)
         t_done = time.perf_counter()
         cpu_after = server_cpu_seconds(conn)
+        worker_after = [cpu_seconds(pid) for pid in workers.pids()]
     duplicates, missing = check_once(bench.read(), jobs)
     # PostgreSQL's CPU for the enqueue, the claims and the completions, per job.
     pg_cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after else None
+    # The worker processes' CPU for the same span (claims, runs, outcomes, heartbeats).
+    known = None not in worker_before and None not in worker_after
+    worker_cpu = sum(filter(None, worker_after)) - sum(filter(None, worker_before)) \
+        if known else None
     drain_s = t_done - t1
     return {
         "jobs": jobs,
@@ -522,6 +530,7 @@ def drain(bench: Bench, *, jobs: int, concurrency: int, processes: int = 1,
         "missing": missing,
         "complete": complete and left == 0,
         "pg_cpu_us_per_job": round(pg_cpu / jobs * 1e6, 1) if pg_cpu else None,
+        "worker_cpu_us_per_job": round(worker_cpu / jobs * 1e6, 1) if worker_cpu else None,
     }
 
 

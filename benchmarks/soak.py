@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import os
 import threading
 import time
 from typing import Any
@@ -51,16 +50,6 @@ SAMPLE_KEYS = ("backlog", "running", "jobs_bytes", "claim_index_bytes", "jobs_to
                "n_live_tup", "n_dead_tup", "autovacuum_count", "vacuum_count", "oldest_xmin_age")
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (Linux ``/proc``), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 class Sampler(threading.Thread):
     """Samples the jobs table every ``interval`` seconds on its own connection."""
 
@@ -77,7 +66,7 @@ class Sampler(threading.Thread):
         row = conn.execute(SAMPLE_SQL).fetchone()
         values = dict(zip(SAMPLE_KEYS, row or (None,) * len(SAMPLE_KEYS), strict=True))
         values["t"] = round(time.time() - self.t0, 2)
-        values["worker_cpu_s"] = cpu_seconds(self.worker_pid)
+        values["worker_cpu_s"] = c.cpu_seconds(self.worker_pid)
         return values
 
     def run(self) -> None:

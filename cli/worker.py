@@ -71,7 +71,8 @@ def worker(
                      help="Jobs claimed beyond the slots: started as slots free, and ended "
                           "jobs whose outcome is not yet committed; SQL never shows more "
                           "than concurrency + K running for this worker "
-                          "(default: as many as --concurrency; 0 allowed)."),
+                          "(default: measured, from 1 to 512: as many jobs as the worker "
+                          "ends in 10 ms; 0 allowed)."),
     ] = None,
     processes: Annotated[
         str | None,

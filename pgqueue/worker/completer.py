@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -87,7 +86,7 @@ class Completer(Service):
         if previous is not None:
             if previous.final and not outcome.final:
                 # A final outcome already waits; carry the newer progress along with it.
-                outcome = replace(previous, progress=outcome.progress)
+                outcome = previous._replace(progress=outcome.progress)
             else:
                 outcome = outcome.merged_with_progress(previous.progress)
         if outcome.final and (previous is None or not previous.final):

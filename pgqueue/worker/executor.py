@@ -14,7 +14,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pgqueue import tracing
@@ -106,7 +106,7 @@ class Executor:
         outcome = await self._run(execution)
         charged = execution.ctx.charged
         if outcome is not None and charged is not None and outcome.final:
-            return replace(outcome, charged=charged)
+            return outcome._replace(charged=charged)
         return outcome
 
     async def _run(self, execution: Execution) -> Outcome | None:
@@ -258,8 +258,8 @@ class Executor:
         if isinstance(exc, RateLimited):
             logger.info("Job %s (%s) was rate limited: %s.", job.id, job.task, exc,
                         extra=_outcome_fields(execution, "snoozed"))
-            return replace(Outcome.of(job, "snooze", delay=exc.retry_after),
-                           pause=exc.retry_after, pause_key=exc.key)
+            return Outcome.of(job, "snooze", delay=exc.retry_after)._replace(
+                pause=exc.retry_after, pause_key=exc.key)
         if isinstance(exc, Discard):
             return self._dead(execution, f"discarded: {exc.reason}")
         if isinstance(exc, Retry):

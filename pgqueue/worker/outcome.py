@@ -7,8 +7,7 @@ frozen values, easy to test alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pgqueue.db.queries import ClaimedJob
 
@@ -24,9 +23,11 @@ OutcomeKind = Literal[
 ]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What the completer must record for one claim (job id + lease token)."""
+class Outcome(NamedTuple):
+    """What the completer must record for one claim (job id + lease token).
+
+    A named tuple (``outcome._replace(...)`` makes a changed copy): one is built per
+    job, and a frozen dataclass's ``__init__`` took 1.2 µs of it."""
 
     job_id: int
     attempt: int  # for messages; the token is the fence
@@ -36,12 +37,12 @@ class Outcome:
     error: str | None = None
     delay: float = 0.0
     progress: str | None = None  # JSON text for meta.progress
-    task: str = field(default="", compare=False)
-    queue: str = field(default="", compare=False)  # for per-queue slots (Worker._held)
-    in_workflow: bool = field(default=False, compare=False)  # see Completer._write
+    task: str = ""
+    queue: str = ""  # for per-queue slots (Worker._held)
+    in_workflow: bool = False  # see Completer._write
     # Limits (pgqueue/limits.py): claimed under a limit (its end wakes the workers),
     # units reported by ctx.charge(), and a RateLimited pause: seconds and optional key.
-    limited: bool = field(default=False, compare=False)
+    limited: bool = False
     charged: float | None = None
     pause: float | None = None
     pause_key: str | None = None
@@ -72,4 +73,4 @@ class Outcome:
         """This outcome carrying a progress value reported earlier in the same batch."""
         if progress is None or self.progress is not None:
             return self
-        return replace(self, progress=progress)
+        return self._replace(progress=progress)

@@ -21,6 +21,10 @@ CASES = {
         ["--jobs", "500", "--reps", "1"],
         {"drain_per_s", "enqueue_per_s", "duplicates", "missing", "complete", "runs", "machine"},
     ),
+    "claim_cost": (
+        ["--ready", "300", "--sizes", "10,100"],
+        {"ready", "results", "machine"},
+    ),
     "metrics_overhead": (
         ["--jobs", "200", "--reps", "1", "--scrape-interval", "0.05"],
         {"drain_ratio_paired_median", "cpu_ratio_paired_median", "off", "on", "scrapes",
