@@ -6,10 +6,11 @@
 caller's own transaction.
 
 Typing: ``Task[P, R]`` carries the parameters ``P`` a job is enqueued with and the
-function's return type ``R``, so mypy and pyright check ``enqueue``, ``enqueue_async``
-and ``using(...).enqueue...`` calls against the function. ``P`` leaves out a leading
-``ctx: JobContext`` parameter (the worker passes it, not the caller); how ``@q.task``
-works that out is in :class:`TaskDecorator`.
+function's return type ``R``, so mypy and pyright check ``enqueue``, ``enqueue_async``,
+``using(...).enqueue...``, ``s(...)`` and ``args(...)`` (the typed items of
+``enqueue_many``) against the function. ``P`` leaves out a leading ``ctx: JobContext``
+parameter (the worker passes it, not the caller); how ``@q.task`` works that out is in
+:class:`TaskDecorator`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,30 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+# A chain step's form of ``s``: the first parameter (``First``), which the previous
+# step's result fills, and the ones after it (``Rest``), which the caller gives.
+First = TypeVar("First")
+Rest = ParamSpec("Rest")
+
+
+class Arguments(Generic[P]):
+    """One job's arguments for ``enqueue_many``, made by :meth:`Task.args`, which the type
+    checker checks against the task as it checks ``enqueue``.
+
+    Only the task it was made by takes it. The arguments themselves are validated by
+    ``enqueue_many``, with the rest of the batch."""
+
+    __slots__ = ("args", "kwargs", "task")
+
+    def __init__(self, task: Task[P, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.task = task
+        self.args = args
+        self.kwargs = kwargs
+
+    def __repr__(self) -> str:
+        given = [repr(value) for value in self.args]
+        given += [f"{name}={value!r}" for name, value in self.kwargs.items()]
+        return f"{self.task.name}.args({', '.join(given)})"
 
 
 class Task(Generic[P, R]):
@@ -89,25 +114,46 @@ class Task(Generic[P, R]):
         """Insert one job with the task's default options; returns its Job."""
         return TaskCall(self, self.options, None).enqueue(*args, **kwargs)
 
+    @overload
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> TaskSignature: ...
+
+    @overload
+    def s(
+        self: Task[Concatenate[First, Rest], Any], *args: Rest.args, **kwargs: Rest.kwargs
+    ) -> TaskSignature: ...
+
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """A signature: this task with these arguments, a step of a chain, group, chord
         or Workflow (see ``pgqueue.workflows``).
 
-        Not typed ``P``: a step may leave its first arguments to its predecessors'
-        results (``chain(add.s(1, 2), add.s(10))``), which is known only when the
-        workflow is built; the arguments are checked then, at run time."""
+        Typed as two forms, because a step after the first of a chain (or a chord's
+        callback) receives the previous result as its first argument and is given the
+        others (``chain(add.s(1, 2), add.s(10))``): every argument (``P``), or every one
+        but the first positional parameter. Which one a step is becomes known only when
+        the workflow is built; its arguments are checked then, at run time."""
         return TaskCall(self, self.options, None).s(*args, **kwargs)
+
+    def args(self, *args: P.args, **kwargs: P.kwargs) -> Arguments[P]:
+        """One job's arguments for :meth:`enqueue_many`, type-checked like ``enqueue``:
+        ``add.enqueue_many([add.args(1, 2), add.args(3, b=4)])``.
+
+        Unlike :meth:`s`, no argument may be left out: a job of ``enqueue_many`` has no
+        predecessor to give it one."""
+        return Arguments(self, args, kwargs)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Async :meth:`enqueue`."""
         return await TaskCall(self, self.options, None).enqueue_async(*args, **kwargs)
 
-    def enqueue_many(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> EnqueuedJobs:
-        """Insert one job per item (a tuple of positional or a dict of keyword arguments)."""
+    def enqueue_many(
+        self, items: Iterable[Arguments[P] | tuple[Any, ...] | Mapping[str, Any]]
+    ) -> EnqueuedJobs:
+        """Insert one job per item: ``task.args(...)`` (checked by the type checker), or a
+        tuple of positional or a dict of keyword arguments (checked at run time only)."""
         return TaskCall(self, self.options, None).enqueue_many(items)
 
     async def enqueue_many_async(
-        self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]
+        self, items: Iterable[Arguments[P] | tuple[Any, ...] | Mapping[str, Any]]
     ) -> EnqueuedJobs:
         """Async :meth:`enqueue_many`."""
         return await TaskCall(self, self.options, None).enqueue_many_async(items)
@@ -170,7 +216,7 @@ class TaskCall(Generic[P, R]):
         }
 
     def _many_params(
-        self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]
+        self, items: Iterable[Arguments[P] | tuple[Any, ...] | Mapping[str, Any]]
     ) -> tuple[dict[str, Any], EncodedBatch]:
         if self.options.idempotency_key is not None:
             raise ConfigurationError(
@@ -183,19 +229,41 @@ class TaskCall(Generic[P, R]):
             batch = self.task.signature.encode_positional_many(
                 cast("list[tuple[Any, ...]]", listed)
             )
+        elif all(type(item) is Arguments and item.task is self.task and not item.kwargs
+                 for item in listed):
+            # Its typed twin, [task.args(a, b), ...]: the same fast path.
+            batch = self.task.signature.encode_positional_many(
+                [cast("Arguments[P]", item).args for item in listed]
+            )
         if batch is None:
             batch = self.task.signature.encode_many(self._calls(listed))
         params = self.options.as_params() | {"task": self.task.name}
         return params, batch
 
-    @staticmethod
     def _calls(
-        items: list[tuple[Any, ...] | Mapping[str, Any]],
+        self, items: list[Arguments[P] | tuple[Any, ...] | Mapping[str, Any]],
     ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         """Each item as (positional, keyword) arguments; the general path of enqueue_many."""
+        from pgqueue.workflows import TaskSignature
+
+        # The fix names the task as the caller's code does: by its function's name.
+        name = getattr(self.task.func, "__name__", self.task.name)
         calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         for position, item in enumerate(items):
-            if isinstance(item, tuple):
+            if isinstance(item, Arguments):
+                if item.task is not self.task:
+                    raise ConfigurationError(
+                        f"enqueue_many item {position} is {item!r}, arguments of another "
+                        f"task: use {name}.args(...)"
+                    )
+                calls.append((item.args, item.kwargs))
+            elif isinstance(item, TaskSignature):
+                # A step may lack the arguments its predecessors' results would give.
+                raise ConfigurationError(
+                    f"enqueue_many item {position} is {item!r}, a workflow step: use "
+                    f"{name}.args(...) with every argument of the job"
+                )
+            elif isinstance(item, tuple):
                 calls.append((item, {}))
             elif isinstance(item, Mapping):
                 calls.append(((), dict(item)))
@@ -203,13 +271,21 @@ class TaskCall(Generic[P, R]):
                 calls.append((tuple(item), {}))
             else:
                 raise ConfigurationError(
-                    f"enqueue_many item {position} is {a_type(item)}: use a tuple of "
-                    "positional arguments or a dict of keyword arguments"
+                    f"enqueue_many item {position} is {a_type(item)}: use {name}.args(...), "
+                    "a tuple of positional arguments or a dict of keyword arguments"
                 )
         return calls
 
     def _jobs_from(self, row: dict[str, Any], batch: EncodedBatch) -> EnqueuedJobs:
         return EnqueuedJobs(self, row, batch)
+
+    @overload
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> TaskSignature: ...
+
+    @overload
+    def s(
+        self: TaskCall[Concatenate[First, Rest], Any], *args: Rest.args, **kwargs: Rest.kwargs
+    ) -> TaskSignature: ...
 
     def s(self, *args: Any, **kwargs: Any) -> TaskSignature:
         """A workflow step with these options (see :meth:`Task.s`)."""
@@ -233,7 +309,9 @@ class TaskCall(Generic[P, R]):
         row = await self.task.queue.run_plan_async(plan, conn=self.conn)
         return Job.from_row(row, self.task.queue)
 
-    def enqueue_many(self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]) -> EnqueuedJobs:
+    def enqueue_many(
+        self, items: Iterable[Arguments[P] | tuple[Any, ...] | Mapping[str, Any]]
+    ) -> EnqueuedJobs:
         """Insert one job per item in a single statement; returns the jobs in order."""
         params, batch = self._many_params(items)
         if not batch.count:
@@ -243,7 +321,7 @@ class TaskCall(Generic[P, R]):
         return self._jobs_from(row, batch)
 
     async def enqueue_many_async(
-        self, items: Iterable[tuple[Any, ...] | Mapping[str, Any]]
+        self, items: Iterable[Arguments[P] | tuple[Any, ...] | Mapping[str, Any]]
     ) -> EnqueuedJobs:
         """Async :meth:`enqueue_many`."""
         params, batch = self._many_params(items)

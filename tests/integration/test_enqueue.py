@@ -223,6 +223,61 @@ def test_enqueue_many_validates_every_item_before_inserting_any(q: Queue, dsn: s
         assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (0,)
 
 
+def test_enqueue_many_takes_the_tasks_typed_arguments(q: Queue, dsn: str) -> None:
+    @q.task(name="t")
+    def task(a: int, b: str = "x") -> None: ...
+
+    with psycopg.connect(dsn, cursor_factory=CountingCursor) as conn:
+        CountingCursor.executed = 0
+        jobs = task.using(conn=conn, priority=4).enqueue_many(
+            [task.args(1), task.args(2, b="two"), task.args(a=3), (4,), {"a": 5}])
+        assert CountingCursor.executed == 1
+    # Kept as given, positional or keyword, like enqueue's arguments (and tuples and dicts).
+    assert [job.args for job in jobs] == [[1], [2], [], [4], []]
+    assert [job.kwargs for job in jobs] == [{}, {"b": "two"}, {"a": 3}, {}, {"a": 5}]
+    # Positional only: the fast path of tuples.
+    jobs = task.enqueue_many([task.args(n, str(n)) for n in range(100)])
+    assert [job.args for job in jobs] == [[n, str(n)] for n in range(100)]
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        rows = conn.execute(
+            "SELECT args, kwargs, priority FROM pgqueue.jobs ORDER BY id").fetchall()
+    assert [(r["args"], r["kwargs"], r["priority"]) for r in rows[:3]] == [
+        ([1], {}, 4), ([2], {"b": "two"}, 4), ([], {"a": 3}, 4)]
+    assert [r["args"] for r in rows[5:]] == [[n, str(n)] for n in range(100)]
+    assert repr(task.args(2, b="two")) == "t.args(2, b='two')"
+
+
+def test_enqueue_many_refuses_steps_and_other_tasks_arguments_in_one_line(
+    q: Queue, dsn: str
+) -> None:
+    @q.task(name="t")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @q.task(name="other")
+    def other(a: int, b: int) -> int:
+        return a - b
+
+    # A workflow step may lack its first argument (a chain gives it the previous result).
+    with pytest.raises(ConfigurationError) as refused:
+        add.enqueue_many([add.args(1, 2), add.s(3)])  # type: ignore[list-item]
+    assert str(refused.value) == (
+        "enqueue_many item 1 is t.s(*[3], **{}), a workflow step: use add.args(...) with "
+        "every argument of the job")
+    with pytest.raises(ConfigurationError, match=r"^enqueue_many item 0 is other\.args\(1, 2\), "
+                       r"arguments of another task: use add\.args\(\.\.\.\)$"):
+        # The same parameters: only the run time tells the two tasks apart.
+        add.enqueue_many([other.args(1, 2)])
+    # Missing arguments (code the type checker does not see) fail as enqueue's do.
+    with pytest.raises(ArgumentError, match="missing a required argument: 'b'"):
+        add.enqueue_many([add.args(1, 2), add.args(3)])  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError,
+                       match=r"item 1 is an int: use add\.args\(\.\.\.\), a tuple"):
+        add.enqueue_many([(1, 2), 2])  # type: ignore[list-item]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM pgqueue.jobs").fetchone() == (0,)
+
+
 def test_enqueue_many_with_run_in_makes_scheduled_jobs(q: Queue, dsn: str) -> None:
     @q.task(name="t")
     def task(n: int) -> None: ...
@@ -239,6 +294,8 @@ async def test_enqueue_many_async(aq: Queue, dsn: str) -> None:
     jobs = await task.enqueue_many_async([(n,) for n in range(10)])
     assert [job.args for job in jobs] == [[n] for n in range(10)]
     assert len({job.id for job in jobs}) == 10
+    jobs = await task.enqueue_many_async([task.args(n=n) for n in range(3)])
+    assert [job.kwargs for job in jobs] == [{"n": n} for n in range(3)]
 
 
 # -- enqueue_by_name -----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Typed tasks (issue 17, item 5): mypy and pyright check enqueue calls against the task.
+"""Typed tasks (issue 17, item 5): mypy and pyright check enqueue calls, workflow steps
+(``s``) and ``enqueue_many`` items (``args``) against the task.
 
 ``cases/positives.py`` must type-check cleanly (its ``assert_type`` calls pin the
 types); every line of ``cases/negatives.py`` marked ``# expect: mypy[...] pyright[...]``
@@ -45,11 +46,12 @@ def run(command: list[str]) -> subprocess.CompletedProcess[str]:
 
 def test_the_cases_expect_errors_of_every_kind() -> None:
     # The negatives cover wrong types, missing and unexpected arguments, on sync, async
-    # and using(...) calls: a file of expectations that lost them would pass vacuously.
+    # and using(...) calls, workflow steps (s, overloaded) and enqueue_many's items: a
+    # file of expectations that lost them would pass vacuously.
     codes = set().union(*expected("mypy").values())
-    assert {"arg-type", "call-arg", "assignment"} <= codes
+    assert {"arg-type", "call-arg", "assignment", "call-overload", "list-item"} <= codes
     assert expected("pyright").keys() == expected("mypy").keys()
-    assert len(expected("pyright")) >= 14
+    assert len(expected("pyright")) >= 30
 
 
 def test_mypy_reports_exactly_the_expected_errors() -> None:

@@ -6,6 +6,7 @@ database), pgqueue's tables in it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from psycopg.conninfo import conninfo_to_dict
@@ -14,8 +15,11 @@ _database = conninfo_to_dict(os.environ.get("PGQUEUE_DJANGO_TEST_DSN", "dbname=s
 
 SECRET_KEY = "tests-only"
 USE_TZ = True
+# Django 6.0 and later have django.tasks and need no app for it; before 6.0 the
+# django-tasks backport is the API, and an app (CI tests both: see docs/guides/django.md).
+_BACKPORT = importlib.util.find_spec("django.tasks") is None
 INSTALLED_APPS = [
-    "django_tasks",  # the backport (Django < 6.0); Django 6.0 needs no app for tasks
+    *(["django_tasks"] if _BACKPORT else []),
     "pgqueue.contrib.django",  # manage.py migrate creates pgqueue's tables
     "tests.integration.django_project.shop",
 ]
