@@ -724,9 +724,13 @@ class Queries:
     # with sorts, so its estimate passed the JIT thresholds and each claim compiled itself
     # (1.5 s a claim on PostgreSQL 15; 5 ms without JIT). Sorts stay disabled: enabled,
     # the planner reads each key's head by a bitmap scan and a sort instead of walking
-    # jobs_concurrency_key_idx (23 ms instead of 5 with 20,000 jobs over 50 keys).
+    # jobs_concurrency_key_idx (23 ms instead of 5 with 20,000 jobs over 50 keys). And it
+    # gives the claim custom plans again (the connection forces generic ones for the
+    # plain claims, connections.CLAIMS): the limited claim's best plan depends on its
+    # arrays of limits and keys.
     lock_limits = _Typed(LockedLimits, """
-        WITH planner AS (SELECT set_config('jit', 'off', true) AS jit),
+        WITH planner AS (SELECT set_config('jit', 'off', true) AS jit,
+                                set_config('plan_cache_mode', 'auto', true) AS plans),
         q AS (
             SELECT name FROM {schema}.queues WHERE NOT paused AND (""" + _QUEUE_LIMITED + """)
                FOR UPDATE SKIP LOCKED

@@ -100,9 +100,18 @@ class Session:
 # claim with 20,000 queued, growing with the backlog. The other statements on this
 # connection (the resumed claims, ``next_run_at``) need no sort either.
 #
+# plan_cache_mode = force_generic_plan: the claims are prepared, and PostgreSQL kept
+# planning each one afresh (its generic plan's estimate was the higher), about 150 µs of
+# server CPU per claim: 380 -> 230 µs for a claim of 10 jobs, 675 -> 510 µs for 50
+# (benchmarks/claim_cost.py). The generic plan walks jobs_claim_idx just the same
+# (tests/integration/test_claim_plan.py checks it). The limited claim, whose plan
+# depends on its arrays, asks for custom plans again within its own transaction
+# (queries.lock_limits).
+#
 # fast_json: the claimed jobs' jsonb values (``args``, ``kwargs``, ``meta``) are decoded
 # with orjson, the one place where the worker decodes JSON per job.
-CLAIMS = Session(parameters=(("synchronous_commit", "off"), ("enable_sort", "off")),
+CLAIMS = Session(parameters=(("synchronous_commit", "off"), ("enable_sort", "off"),
+                             ("plan_cache_mode", "force_generic_plan")),
                  fast_json=True)
 
 # The completer's connection: complete_jobs and notify_ready.
