@@ -72,7 +72,7 @@ def worker(
                           "jobs whose outcome is not yet committed; SQL never shows more "
                           "than concurrency + K running for this worker "
                           "(default: measured, from 1 to 512: as many jobs as the worker "
-                          "ends in 10 ms; 0 allowed)."),
+                          "ends in 20 ms; 0 allowed)."),
     ] = None,
     processes: Annotated[
         str | None,
