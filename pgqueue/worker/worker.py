@@ -77,7 +77,7 @@ class Worker:
         self.executions: dict[int, Execution] = {}
         self._waiting: deque[Execution] = deque()
         # How many jobs beyond the slots it may hold: --prefetch K, or measured.
-        self.prefetch = Prefetch(settings.prefetch)
+        self.prefetch = Prefetch(settings.prefetch, concurrency=settings.concurrency)
         self._draining = False
         self._stop = asyncio.Event()
         self._interrupts = 0
@@ -300,7 +300,7 @@ class Worker:
         self.producer.slot_freed()
 
     def _finished(self, execution: Execution, done: asyncio.Task[Outcome | None]) -> None:
-        self.prefetch.ended()
+        self.prefetch.ended(time.monotonic() - execution.started)
         self._forget(execution)
         self._start_waiting()
         if done.cancelled():

@@ -21,7 +21,7 @@ from pgqueue.worker.prefetch import CEILING, FLOOR
 from tests._polling import wait_until
 from tests.e2e._chaos import Processes, chaos_app, scalar
 
-JOBS = 2000
+JOBS = 10_000  # a drain of several hundred ms: enough samples at 10 ms apart
 
 
 class RunningSampler(threading.Thread):
