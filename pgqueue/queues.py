@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any, Final
 
 from pgqueue.bounds import short_repr
-from pgqueue.db.names import notify_channel
+from pgqueue.db.names import LIMITS_CHANGED, notify_channel
 from pgqueue.db.plans import Plan, Statement
 from pgqueue.db.queries import Queries
 from pgqueue.errors import ConfigurationError
@@ -113,9 +113,9 @@ def set_settings(queries: Queries, name: str, changes: dict[str, Any]) -> Plan[Q
     yield Statement(queries.set_queue_settings, params | {"given": list(changes)},
                     fetch="rowcount")
     if LIMIT_COLUMNS & set(changes):
-        # Idle workers look at their limits again at once (see Producer.wake).
+        # Every worker looks at its limits again at once (see Producer.limits_changed).
         yield Statement(queries.notify_ready,
-                        {"channel": notify_channel(queries.schema), "queues": name},
+                        {"channel": notify_channel(queries.schema), "queues": LIMITS_CHANGED},
                         fetch="rowcount")
     return (yield from queue_info(queries, name))
 

@@ -10,6 +10,11 @@ def notify_channel(schema: str) -> str:
     return f"{schema}_jobs"
 
 
+# The payload on that channel when a queue's limits change (Queue.set_queue): workers
+# look for limits again at once. No list of queue names starts with a comma.
+LIMITS_CHANGED = ",limits"
+
+
 def advisory_lock_key(schema: str, purpose: str) -> int:
     """A stable signed 64-bit key for ``pg_advisory_*`` locks owned by this schema."""
     high = zlib.crc32(schema.encode())

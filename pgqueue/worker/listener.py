@@ -7,7 +7,8 @@ polls on a timer.
 
 The same channel carries ``,schedules`` when the periodic schedules change (revision
 0008_schedules: no list of queue names can start with a comma): that wakes the
-scheduler, not the producer.
+scheduler, not the producer. And ``,limits`` when ``Queue.set_queue`` changes a queue's
+limits: the producer looks for limits again at its next claim (see producer.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Final
 
 from psycopg import sql
 
+from pgqueue.db.names import LIMITS_CHANGED
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Connect
 from pgqueue.worker.service import Service
@@ -40,12 +42,14 @@ class Listener(Service):
         queues: frozenset[str],
         wake: Callable[[], None],
         schedules_changed: Callable[[], None] = lambda: None,
+        limits_changed: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff(base=0.2, cap=5.0))
         self._channel = channel
         self._queues = queues
         self._wake = wake
         self._schedules_changed = schedules_changed
+        self._limits_changed = limits_changed or wake
         self.listening = asyncio.Event()
 
     def _relevant(self, payload: str) -> bool:
@@ -61,11 +65,15 @@ class Listener(Service):
         # lasts as long as the connection, so the runtime never sees it end.
         self.backoff.reset()
         self.listening.set()
-        self._wake()  # anything that became ready while we were not listening
-        self._schedules_changed()  # and any schedule changed meanwhile
+        # Anything that became ready, and any schedule or limit that changed, while we
+        # were not listening.
+        self._limits_changed()  # wakes the producer too
+        self._schedules_changed()
         async for notify in conn.notifies():
             if notify.payload == SCHEDULES_CHANGED:
                 self._schedules_changed()
+            elif notify.payload == LIMITS_CHANGED:
+                self._limits_changed()
             elif self._relevant(notify.payload):
                 self._wake()
 

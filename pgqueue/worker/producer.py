@@ -31,10 +31,12 @@ a slot frees. Without ``--queues`` a single claim takes every queue by priority.
 Limits (pgqueue/limits.py). The claims above skip limited queues and tasks. Before them,
 each round runs the limited claim (``_claim_limited``: lock the limits' rows, then claim
 what they admit, one transaction), but only while some limit exists: when the lock finds
-none, the producer does not look again for ``LIMITS_RECHECK`` seconds or until woken
-(setting a queue's limits sends a wake-up), so queues without limits pay one small
-statement every few seconds at most. While limits exist, an idle producer also wakes
-when a rate bucket next admits a job or a pause ends (``next_limit_at``).
+none, the producer does not look again for ``LIMITS_RECHECK`` seconds or until told
+that limits changed (``Queue.set_queue`` notifies ``,limits``; a plain wake-up for new
+jobs does not count, or every idle worker's first claim would wait for the look), so
+queues without limits pay one small statement every few seconds at most. While limits
+exist, an idle producer also wakes when a rate bucket next admits a job or a pause ends
+(``next_limit_at``).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ from pgqueue.worker.service import Service
 logger = logging.getLogger("pgqueue.worker")
 
 MAX_CLAIM = 100
-# Without any limit, how long the producer goes before it looks for limits again (a
-# wake-up, such as the one Queue.set_queue sends, looks at once).
+# Without any limit, how long the producer goes before it looks for limits again (the
+# ",limits" notification that Queue.set_queue sends makes it look at once).
 LIMITS_RECHECK = 2.0
 # When another claim held some limit's row, how soon to try that limit again.
 LIMITS_BUSY_RETRY = 0.02
@@ -142,9 +144,14 @@ class Producer(Service):
         """Something may be ready (NOTIFY, timer, reconnect): claim soon, from the head."""
         self._wakes += 1
         self._resume_after.clear()  # what woke us may sit behind a cursor
-        self._limits_recheck_at = 0.0  # a queue's limits may have been set
         self.sleeping.clear()
         self._wake.set()
+
+    def limits_changed(self) -> None:
+        """Limits may have been set (``Queue.set_queue`` notifies; so does a reconnect,
+        after which anything may have changed): look for them at the next claim."""
+        self._limits_recheck_at = 0.0
+        self.wake()
 
     def slot_freed(self) -> None:
         """An execution ended."""

@@ -143,6 +143,7 @@ class Worker:
         self.listener = Listener(
             connect=self.connections.listen_link(), channel=notify_channel(queue.schema),
             queues=frozenset(settings.queues), wake=self.producer.wake,
+            limits_changed=self.producer.limits_changed,
             schedules_changed=self.scheduler.wake if self.scheduler else lambda: None,
         ) if settings.listen else None
         self._registered = asyncio.Event()
