@@ -34,6 +34,12 @@ FLOOR = 1
 CEILING = 512
 # The weight of each ended execution in the moving average of durations.
 WEIGHT = 0.05
+# How long a prefetched job may wait for a slot before it goes back to the queue (its
+# attempt given back) for another worker to take: the allowance is sized for 20 ms of
+# work, so a job still waiting after a second means the slots are held by jobs far
+# longer than the recent ones (a few slow jobs among many fast: without this, a worker
+# whose slots all run slow jobs would sit on hundreds of fast ones).
+PATIENCE = 1.0
 
 
 class Prefetch:
@@ -54,6 +60,11 @@ class Prefetch:
             self._duration = seconds
         else:
             self._duration += (seconds - self._duration) * WEIGHT
+
+    def stalled(self, running_for: float) -> None:
+        """Prefetched jobs waited ``PATIENCE`` for a slot whose job has been running for
+        ``running_for`` seconds: that is the duration to plan with now."""
+        self._duration = max(self._duration or 0.0, running_for)
 
     @property
     def allowance(self) -> int:

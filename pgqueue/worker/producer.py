@@ -54,6 +54,7 @@ from pgqueue.db.queries import ClaimedJob, Queries, Query
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Link, answered
+from pgqueue.worker.prefetch import PATIENCE
 from pgqueue.worker.service import Service
 
 logger = logging.getLogger("pgqueue.worker")
@@ -97,6 +98,7 @@ class Producer(Service):
         burst: bool = False,
         is_idle: Callable[[], bool] = lambda: True,
         starved: Callable[[], None] = lambda: None,
+        stalled: Callable[[], None] = lambda: None,
         queue_room: Callable[[str], int] | None = None,
         waiting: Callable[[], int] = lambda: 0,
         claim_batch: Callable[[], int] = lambda: 1,
@@ -127,6 +129,7 @@ class Producer(Service):
         self._burst = burst
         self._is_idle = is_idle
         self._starved = starved
+        self._stalled = stalled
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         # Limits: no limited claim before this (monotonic) time, for none exists; whether
@@ -305,7 +308,13 @@ class Producer(Service):
         self._slot_freed.clear()
         if self._full():
             self._starved()
-            await self._slot_freed.wait()
+            try:
+                async with asyncio.timeout(PATIENCE):
+                    await self._slot_freed.wait()
+            except TimeoutError:
+                # Nothing ended for a while: prefetched jobs may be waiting behind slow
+                # ones (worker/prefetch.py, PATIENCE).
+                self._stalled()
         # Let executions finishing in this same loop iteration free their slots too, so
         # the next claim fetches several jobs in one round trip.
         await asyncio.sleep(0)

@@ -41,7 +41,7 @@ from pgqueue.worker.heartbeat import Heartbeat
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
-from pgqueue.worker.prefetch import Prefetch
+from pgqueue.worker.prefetch import PATIENCE, Prefetch
 from pgqueue.worker.producer import MAX_CLAIM, Producer
 from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import Service, retrying_for
@@ -122,6 +122,7 @@ class Worker:
             free_slots=self._free_slots,
             start=self._start, healthy=lambda: self.heartbeat.healthy,
             burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
+            stalled=self._release_stale_prefetch,
             queue_room=self._queue_room if settings.queue_slots else None,
             waiting=lambda: len(self._waiting), claim_batch=lambda: self.prefetch.claim_batch,
         )
@@ -463,6 +464,27 @@ class Worker:
         self.threads.shutdown()
         await self._deregister()
         logger.info("Worker %s stopped.", self.id)
+
+    def _release_stale_prefetch(self) -> None:
+        """Prefetched jobs that waited ``PATIENCE`` for a slot go back to the queue, their
+        attempt given back, for a worker with a free slot to take; the allowance shrinks
+        to what the slow jobs holding the slots call for."""
+        if not self.prefetch.auto:
+            return  # --prefetch K: the user chose to hold K, whatever they wait for
+        now = time.monotonic()
+        stale = [e for e in self._waiting if now - e.started >= PATIENCE]
+        if not stale:
+            return
+        running = [now - e.started for e in self.executions.values()
+                   if e.asyncio_task is not None]
+        self.prefetch.stalled(min(running, default=PATIENCE))
+        logger.info("%d prefetched job(s) waited %.0f s for a slot: back to the queue for "
+                    "another worker.", len(stale), PATIENCE)
+        for execution in stale:
+            self._waiting.remove(execution)
+            self._forget(execution)
+            if execution.cancel_reason != "lease_lost":
+                self.completer.submit(Outcome.of(execution.job, "release"))
 
     def _release_waiting(self) -> None:
         """Prefetched jobs go back to the queue at once, their attempt given back."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from pgqueue import Queue
+from pgqueue.worker.prefetch import FLOOR
 from tests._polling import async_wait_until
 from tests.integration._worker_helpers import aexecute, arow, background_worker, run_burst
 
@@ -117,3 +118,59 @@ async def _running_is(dsn: str, count: int) -> bool:
     rows = await aexecute(dsn, "SELECT count(*) AS n FROM pgqueue.jobs "
                                "WHERE status = 'running'")
     return int(rows[0]["n"]) == count
+
+
+async def _running(dsn: str) -> int:
+    rows = await aexecute(dsn, "SELECT count(*) AS n FROM pgqueue.jobs WHERE status = 'running'")
+    return int(rows[0]["n"])
+
+
+async def test_the_measured_prefetch_gives_back_jobs_stuck_behind_slow_ones(
+    aq: Queue, dsn: str
+) -> None:
+    """Fast jobs make the measured allowance large; when slow jobs then take every slot,
+    the fast jobs prefetched behind them go back to the queue (attempt given back) after
+    PATIENCE, for a worker with free slots, and the allowance shrinks to one."""
+    finished: list[str] = []
+
+    @aq.task(name="quick")
+    async def quick(n: int) -> None:
+        finished.append("quick")
+
+    @aq.task(name="slow")
+    async def slow(n: int) -> None:
+        await asyncio.sleep(4)
+        finished.append("slow")
+
+    await quick.enqueue_many_async([(n,) for n in range(200)])
+    async with background_worker(aq, concurrency=2) as worker:
+        await async_wait_until(lambda: len(finished) == 200, timeout=20,
+                               message="the first 200 quick jobs")
+        assert worker.prefetch.allowance > 100  # jobs of microseconds
+        await slow.enqueue_many_async([(0,), (1,)])
+        await quick.enqueue_many_async([(n,) for n in range(300)])
+        # The slow jobs hold both slots and quick ones wait behind them...
+        highest = 0
+
+        async def held_many() -> bool:
+            nonlocal highest
+            highest = max(highest, await _running(dsn))
+            return highest > 50
+
+        await async_wait_until(held_many, timeout=5, message="quick jobs prefetched")
+        # ...until PATIENCE has passed: back to the queue, while the slow jobs still run.
+        await async_wait_until(lambda: _running_at_most(dsn, 2 + FLOOR), timeout=3,
+                               message="the prefetched jobs given back")
+        assert "slow" not in finished
+        assert worker.prefetch.allowance == FLOOR
+        released = await aexecute(dsn, "SELECT count(*) AS n FROM pgqueue.jobs WHERE "
+                                       "task = 'quick' AND status = 'queued' AND attempts = 0")
+        assert released[0]["n"] > 50
+        await async_wait_until(lambda: len(finished) == 502, timeout=30,
+                               message="every job")
+    rows = await aexecute(dsn, "SELECT max(attempts) AS most FROM pgqueue.jobs")
+    assert rows[0]["most"] == 1  # the attempts of the given-back waits were given back
+
+
+async def _running_at_most(dsn: str, n: int) -> bool:
+    return await _running(dsn) <= n

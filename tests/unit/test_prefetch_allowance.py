@@ -49,3 +49,13 @@ def test_it_follows_the_jobs_when_they_slow_down() -> None:
     assert prefetch.allowance == CEILING
     ended(prefetch, 1.0)  # a hundred jobs of a second
     assert prefetch.allowance == FLOOR
+
+
+def test_slots_stuck_in_a_slow_job_shrink_the_allowance() -> None:
+    prefetch = Prefetch(None, concurrency=8)
+    ended(prefetch, 0.00002)
+    prefetch.stalled(running_for=1.0)
+    assert prefetch.allowance == FLOOR
+    fixed = Prefetch(64, concurrency=8)
+    fixed.stalled(running_for=1.0)
+    assert fixed.allowance == 64
