@@ -9,10 +9,11 @@ import typer
 
 from pgqueue.dead_jobs import DeadRetryResult
 from pgqueue.settings import parse_duration
+from pgqueue.stats import last_line, when
 
 from .context import CliContext, connected
 from .options import LimitOption, QueueFilterOption
-from .output import last_line, more_line, output, print_table, when
+from .output import more_line, output, print_table
 
 app = typer.Typer(
     help="Inspect, retry and purge dead jobs.", no_args_is_help=True, rich_markup_mode=None

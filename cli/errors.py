@@ -13,18 +13,11 @@ import psycopg_pool
 import sqlalchemy.exc
 
 from pgqueue import PgQueueError
+from pgqueue.errors import first_line
 
 
 class CommandError(Exception):
     """A value error found by the CLI itself (bad ``-A``, invalid JSON, unknown id)."""
-
-
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message (libpq's run to several)."""
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
 
 
 def one_line_error(exc: BaseException) -> str | None:

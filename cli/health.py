@@ -14,13 +14,13 @@ from typing import Annotated
 
 import typer
 
-from pgqueue.errors import ConfigurationError, DatabaseUnavailable, PgQueueError
+from pgqueue.errors import ConfigurationError, DatabaseUnavailable, PgQueueError, first_line
 from pgqueue.health import HealthReport, check_health, unavailable
 from pgqueue.options import queue_name
 from pgqueue.settings import parse_duration
 
 from .context import CliContext, connected
-from .errors import first_line, is_connection_error
+from .errors import is_connection_error
 from .output import print_json
 
 # --max-queue-age values that turn the age check off.

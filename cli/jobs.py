@@ -8,19 +8,12 @@ from typing import Annotated
 import typer
 
 from pgqueue import Job, Queue
+from pgqueue.stats import last_line, when
 
 from .context import CliContext, connected
 from .errors import CommandError
 from .options import LimitOption, QueueFilterOption
-from .output import (
-    attempts,
-    console,
-    job_summary,
-    last_line,
-    output,
-    print_table,
-    when,
-)
+from .output import attempts, console, job_summary, output, print_table
 
 app = typer.Typer(
     help="List, inspect and cancel jobs.", no_args_is_help=True, rich_markup_mode=None

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import typer
 
-from pgqueue.stats import QueueStats, WorkerInfo, age
+from pgqueue.stats import QueueStats, WorkerInfo, age, when
 
 from .context import CliContext, connected
-from .output import output, print_table, when
+from .output import output, print_table
 
 STAT_COLUMNS = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded",
                 "cancelled", "dead")

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
 from pgqueue import Job
+from pgqueue.stats import when
 
 from .context import CliContext
 
@@ -65,17 +66,6 @@ def output(context: CliContext, result: Result, text: Callable[[], object]) -> N
         print_json([item.to_dict() for item in result])
     else:
         print_json(result.to_dict())
-def when(value: datetime | None) -> str:
-    """A timestamp for a table cell: UTC to the second, or ``-``."""
-    if value is None:
-        return "-"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def last_line(text: str | None) -> str:
-    """The last line of a traceback: the exception itself, which is what a table needs."""
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "-"
 
 
 def attempts(job: Job) -> str:

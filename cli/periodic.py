@@ -13,11 +13,12 @@ from typing import Annotated, Any
 import typer
 
 from pgqueue.schedules import ScheduleInfo
+from pgqueue.stats import when
 
 from .context import CliContext, connected
 from .enqueue import parse_json_option, registered_name
 from .options import AppOption, ArgsOption, KwargsOption
-from .output import output, print_table, when
+from .output import output, print_table
 
 app = typer.Typer(
     help="Periodic jobs: list schedules; add, remove, pause and resume them.",

@@ -8,11 +8,12 @@ from typing import Annotated
 import typer
 
 from pgqueue import Queue
+from pgqueue.stats import last_line, when
 from pgqueue.workflows import WorkflowHandle, WorkflowStep
 
 from .context import CliContext, connected
 from .errors import CommandError
-from .output import attempts, console, last_line, output, print_table, when
+from .output import attempts, console, output, print_table
 
 app = typer.Typer(
     help="Show and cancel workflows (chains, groups, chords).", no_args_is_help=True,

@@ -9,7 +9,7 @@ cannot drift.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pgqueue.db.plans import Plan, Row, Statement
@@ -23,7 +23,7 @@ T = TypeVar("T", bound="DataclassInstance")
 
 __all__ = [
     "Overview", "QueueOverview", "QueueStats", "ThroughputPoint", "WorkerInfo", "WorkerStatus",
-    "age", "list_workers", "overview", "queue_stats", "throughput",
+    "age", "last_line", "list_workers", "overview", "queue_stats", "throughput", "when",
 ]
 
 
@@ -198,3 +198,17 @@ def age(seconds: float | None, *, days: bool = False) -> str:
     if days and seconds >= 172800:
         return f"{seconds / 86400:.1f}d"
     return f"{seconds / 3600:.1f}h"
+
+
+def when(value: datetime | None) -> str:
+    """A timestamp for a table cell: UTC to the second, or ``-``."""
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def last_line(text: str | None) -> str:
+    """The last line of a traceback: the exception itself, which is what a table needs
+    (or ``-``)."""
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "-"

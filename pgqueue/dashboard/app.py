@@ -32,6 +32,7 @@ from pgqueue.errors import (
     PgQueueError,
     ScheduleNotFound,
     SchemaOutOfDate,
+    first_line,
 )
 
 from . import api, pages, views
@@ -104,14 +105,9 @@ async def healthz(request: Request) -> JSONResponse:
                              "error": f"no answer from the database in {HEALTH_TIMEOUT:g}s"},
                             status_code=503)
     except (psycopg.Error, PgQueueError) as exc:
-        return JSONResponse({"status": "unavailable", "error": _first_line(exc)},
+        return JSONResponse({"status": "unavailable", "error": first_line(exc)},
                             status_code=503)
     return JSONResponse({"status": "ok"})
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 def _wants_html(request: Request) -> bool:
@@ -187,7 +183,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _handler(status: int, prefix: str = "") -> Callable[[Request, Any], Response]:
     def handle(request: Request, exc: Any) -> Response:
-        return _error(request, status, prefix + _first_line(exc))
+        return _error(request, status, prefix + first_line(exc))
 
     return handle
 

@@ -15,6 +15,8 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from pgqueue.stats import age as table_age
+from pgqueue.stats import last_line
+from pgqueue.stats import when as table_when
 
 FRAGMENT_HEADER: Final = "x-pgqueue-fragment"
 STATUSES: Final = ("queued", "scheduled", "retrying", "waiting", "running", "succeeded",
@@ -27,12 +29,8 @@ def age(seconds: float | None) -> str:
 
 
 def when(value: datetime | str | None) -> str:
-    """A timestamp, UTC to the second, or ``-``."""
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    """A timestamp, UTC to the second, or ``-`` (an ISO 8601 string is parsed first)."""
+    return table_when(datetime.fromisoformat(value) if isinstance(value, str) else value)
 
 
 def since(value: datetime | None, now: datetime | None = None) -> str:
@@ -45,12 +43,6 @@ def since(value: datetime | None, now: datetime | None = None) -> str:
 def to_json(value: Any) -> str:
     """JSON for a ``<pre>``, indented."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
-def last_line(text: str | None) -> str:
-    """The last line of a traceback: the exception itself."""
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "-"
 
 
 def configure(templates: Jinja2Templates) -> None:
