@@ -43,6 +43,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pgqueue.worker.connections import Session
+
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/pgqueue_bench"
 QUEUE_NAME = "bench"
 SCHEMA = "pgqueue"
@@ -219,6 +221,19 @@ def reset_schema(dsn: str) -> None:
 def connect(dsn: str, **options: Any) -> psycopg.Connection[tuple[Any, ...]]:
     """An autocommit connection for the benchmark's own SQL."""
     return psycopg.connect(dsn, autocommit=True, **options)
+
+
+def session_connection(dsn: str, session: Session, *, autocommit: bool = False
+                       ) -> psycopg.Connection[tuple[Any, ...]]:
+    """A connection with a worker session's settings (``pgqueue.worker.connections``:
+    ``CLAIMS``, ``COMPLETIONS``), set as the worker sets them, so that a benchmark plans
+    its statements as the worker does. Not autocommit by default (each claim can be
+    rolled back); the settings are committed first."""
+    conn = psycopg.connect(dsn, autocommit=autocommit)
+    conn.execute(*session.first_statement())
+    if not autocommit:
+        conn.commit()
+    return conn
 
 
 def checkpoint(dsn: str) -> None:

@@ -48,10 +48,9 @@ def measure(bench: c.Bench, ready: int, size: int) -> dict[str, Any]:
     bench.module.noop.enqueue_many([(i,) for i in range(ready)])
     bench.module.q.close()
     # Each statement on a connection with its worker session's settings, as in a worker.
-    with c.connect(bench.dsn) as conn, c.connect(bench.dsn) as completions:
+    with c.session_connection(bench.dsn, CLAIMS, autocommit=True) as conn, \
+            c.session_connection(bench.dsn, COMPLETIONS, autocommit=True) as completions:
         conn.execute("ANALYZE pgqueue.jobs")
-        conn.execute(*CLAIMS.first_statement())
-        completions.execute(*COMPLETIONS.first_statement())
         conn.execute("INSERT INTO pgqueue.workers (id, hostname, pid, queues, concurrency, "
                      "lease_expires_at) VALUES ('bench', 'bench', 0, '{}', 8, "
                      "now() + interval '1 hour')")

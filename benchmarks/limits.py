@@ -46,9 +46,9 @@ from typing import Any
 
 import _common as c
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
 from pgqueue.db.queries import for_schema
+from pgqueue.worker.connections import CLAIMS
 from pgqueue.worker.producer import LIMITED_SCAN, MAX_KEYS
 
 QUERIES = for_schema(c.SCHEMA)
@@ -187,11 +187,8 @@ def measure_claims(bench: LimitsBench, *, ready: int, keys: int, claims: int
             "FROM generate_series(1, %s) g", (c.QUEUE_NAME, keys, ready))
         setup.execute("VACUUM ANALYZE pgqueue.jobs")
     times: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-    # Not autocommit: each claim is rolled back. The claim connection's settings (see
-    # pgqueue/worker/connections.py), after any the DSN gives.
-    given = conninfo_to_dict(bench.dsn).get("options") or ""
-    options = f"{given} -c synchronous_commit=off -c enable_sort=off".strip()
-    with psycopg.connect(bench.dsn, options=options) as conn:
+    # Not autocommit: each claim is rolled back. The claim connection's settings.
+    with c.session_connection(bench.dsn, CLAIMS) as conn:
         for _ in range(claims):
             for variant, settings in VARIANTS.items():
                 bench.module.q.set_queue(c.QUEUE_NAME, **(CLEARED | settings))

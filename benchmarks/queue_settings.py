@@ -30,6 +30,7 @@ import _common as c
 import psycopg
 
 from pgqueue.db.queries import for_schema
+from pgqueue.worker.connections import CLAIMS
 
 QUERIES = for_schema(c.SCHEMA)
 CLAIM_PARAMS: dict[str, Any] = {"worker_id": "bench-claimer", "lease": 30.0, "token": 1,
@@ -68,9 +69,8 @@ def measure_claims(dsn: str, *, ready: int, ahead: int, claims: int) -> dict[str
         _fill(setup, c.QUEUE_NAME, ready, 0)
         _fill(setup, "ahead", ahead, 10)  # paused in paused_ahead; in the others, claimed
         setup.execute("VACUUM ANALYZE pgqueue.jobs")
-    # Not autocommit: each claim is rolled back.
-    with psycopg.connect(dsn, options="-c synchronous_commit=off -c enable_sort=off") as conn, \
-            c.connect(dsn) as setup:
+    # Not autocommit: each claim is rolled back. The claim connection's settings.
+    with c.session_connection(dsn, CLAIMS) as conn, c.connect(dsn) as setup:
         for _ in range(claims):
             for variant in CLAIM_VARIANTS:
                 if variant in ("paused_other", "paused_ahead", "no_settings"):
