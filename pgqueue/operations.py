@@ -181,11 +181,11 @@ class JobCursor:
         try:
             failed_at = datetime.fromisoformat(tail.replace(" ", "+")) if tail else None
             job_id = int(head)
+            valid = 0 < job_id <= _MAX_BIGINT and (failed_at is None
+                                                     or failed_at.tzinfo is not None)
         except ValueError:
-            raise ConfigurationError(
-                f"invalid cursor {short_repr(text)}: use the next_cursor of the previous page"
-            ) from None
-        if not 0 < job_id <= _MAX_BIGINT or (failed_at is not None and failed_at.tzinfo is None):
+            valid = False
+        if not valid:
             raise ConfigurationError(
                 f"invalid cursor {short_repr(text)}: use the next_cursor of the previous page"
             )

@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse,
 
 from pgqueue import Queue
 from pgqueue.errors import DuplicateJob, JobNotFound, PgQueueError
+from pgqueue.operations import JobPage
 from pgqueue.settings import parse_duration
 
 from . import throughput
@@ -72,6 +73,16 @@ async def overview(request: Request) -> Response:
 # -- jobs ---------------------------------------------------------------------------------------
 
 
+def _page_links(path: str, kept: dict[str, str], page: JobPage, cursor: str | None
+                ) -> dict[str, str | None]:
+    """A job list's ``next_url`` (None on the last page) and ``first_url`` (None on the
+    first), keeping its filters."""
+    next_url = None
+    if page.next_cursor is not None:
+        next_url = f"{path}?" + urlencode(kept | {"cursor": page.next_cursor})
+    return {"next_url": next_url, "first_url": f"{path}?" + urlencode(kept) if cursor else None}
+
+
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs(request: Request, status: str | None = None, queue: str | None = None,
          task: str | None = None, cursor: str | None = None) -> Response:
@@ -79,12 +90,9 @@ def jobs(request: Request, status: str | None = None, queue: str | None = None,
     filters = {"status": _blank(status), "queue": _blank(queue), "task": _blank(task)}
     page = _queue(request).job_page(**filters, limit=PAGE_SIZE, cursor=_blank(cursor))
     kept = {name: value for name, value in filters.items() if value}
-    next_url = None
-    if page.next_cursor is not None:
-        next_url = "/jobs?" + urlencode(kept | {"cursor": page.next_cursor})
     return render(request, "jobs.html", {
-        "page": "jobs", "jobs": page.jobs, "filters": filters, "next_url": next_url,
-        "first_url": "/jobs?" + urlencode(kept) if cursor else None,
+        "page": "jobs", "jobs": page.jobs, "filters": filters,
+        **_page_links("/jobs", kept, page, cursor),
     })
 
 
@@ -130,13 +138,10 @@ def dead(request: Request, queue: str | None = None, cursor: str | None = None) 
     page = _queue(request).job_page(status="dead", queue=name, limit=PAGE_SIZE,
                                     cursor=_blank(cursor))
     kept = {"queue": name} if name else {}
-    next_url = None
-    if page.next_cursor is not None:
-        next_url = "/dead?" + urlencode(kept | {"cursor": page.next_cursor})
     queues = _queue(request).dead_queues()
     return render(request, "dead.html", {
         "page": "dead", "jobs": page.jobs, "queue": name, "queues": queues,
-        "next_url": next_url, "first_url": "/dead?" + urlencode(kept) if cursor else None,
+        **_page_links("/dead", kept, page, cursor),
     })
 
 
