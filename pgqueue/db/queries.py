@@ -68,6 +68,10 @@ class ClaimedJob(NamedTuple):
     token: int  # this claim's lease_token: the fence of every outcome it records
     workflow_id: int | None = None  # the workflow the job is a step of, if any
     limited: bool = False  # claimed under a limit (claim_limited_jobs): its end wakes workers
+    # True: the claim started the job (``running``, ``attempt`` counted). False: it holds
+    # the job (``claimed``, not started): ``attempt`` is the attempts spent so far, and a
+    # start (start_jobs_*) later returns the row again, started.
+    started: bool = True
 
 
 class LockedLimits(NamedTuple):
@@ -103,20 +107,56 @@ class RecordedOutcome(NamedTuple):
     token: int
 
 
+class WrittenRow(NamedTuple):
+    """A row of ``complete_and_start_jobs_*``: an outcome recorded (``kind`` the outcome
+    kind recorded, as in RecordedOutcome; only ``id``, ``queue`` and ``token`` set), or a
+    job started (``kind`` 'started') or held and no longer startable ('blocked'), whose
+    fields from ``id`` on are a ClaimedJob's."""
+
+    kind: str
+    ready: bool  # an outcome: the job is queued again and due now (worth a NOTIFY)
+    id: int
+    queue: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int
+    attempt: int
+    max_attempts: int
+    timeout: float | None
+    meta: dict[str, Any]
+    run_at: datetime
+    created_at: datetime
+    token: int
+    workflow_id: int | None
+    limited: bool
+    started: bool
+
+    def outcome(self) -> RecordedOutcome:
+        return RecordedOutcome(self.id, self.kind, self.queue, self.ready, self.token)
+
+    def job(self) -> ClaimedJob:
+        return ClaimedJob._make(self[2:])
+
+
 class HeldJob(NamedTuple):
-    """A row of ``heartbeat``: a running job the database says this worker holds."""
+    """A row of ``heartbeat``: a job (claimed or running) the database says this worker
+    holds, of those the worker said it holds; ``lease_token`` is the row's, which differs
+    from the worker's when the job was taken back and claimed again."""
 
     id: int
     lease_token: int
     cancel_requested: bool
 
 
-class Rescued(NamedTuple):
-    """The one row of ``rescue_expired_jobs``: what it did with expired leases."""
+class GivenBack(NamedTuple):
+    """The one row of ``rescue_expired_jobs`` and ``give_back_orphaned_jobs``: what they did
+    with the jobs they took back."""
 
-    requeued: int
-    dead: int
-    cancelled: int
+    requeued: int  # running jobs back to queued, the attempt counted as failed
+    dead: int  # running jobs whose attempts were spent: moved to dead_jobs
+    cancelled: int  # running jobs whose cancellation had been requested
+    released: int  # claimed jobs (never started) back to queued as they were
     queues: str | None  # the queues that got jobs back, comma-separated
 
 
@@ -196,10 +236,12 @@ def _bury(**values: str) -> str:
     )
 
 
-# The status users see: ``queued`` rows split by whether they are due and were tried.
+# The status users see: ``queued`` rows split by whether they are due and were tried,
+# and a claimed job (held by a worker, not started: revision 0012_claimed) is queued.
 _API_STATUS = """
     CASE WHEN j.status = 'queued' AND j.run_at > now()
          THEN CASE WHEN j.attempts > 0 THEN 'retrying' ELSE 'scheduled' END
+         WHEN j.status = 'claimed' THEN 'queued'
          ELSE j.status END
 """
 
@@ -241,6 +283,70 @@ _RUN_AT = "COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(run
 # (Unqualified columns: every place that uses it reads only the jobs table.)
 _LEASE_EXPIRED = ("format('lease expired: worker %%s stopped heartbeating during attempt %%s', "
                   "worker_id, attempts)")
+# Why a live worker's heartbeat gave a job back: the database says the worker holds it,
+# the worker has no record of it. Its claim or its outcome was lost: a failover to a
+# replica that had not received them, or a restore to an earlier point.
+_NOT_HELD = ("format('worker %%s no longer holds attempt %%s (it has no record of it: its '"
+             " || 'claim or its outcome was lost, as in a failover to a replica that had not '"
+             " || 'received them)', worker_id, attempts)")
+
+# A held job given back to the queue as it was claimed: it never started, so no attempt
+# was spent and it keeps its place in claim order (run_at unchanged).
+_UNCLAIMED = ("status = 'queued', worker_id = NULL, lease_token = NULL, "
+              "lease_expires_at = NULL")
+
+
+def _give_back(error: str, cancelled: str) -> str:
+    """The CTEs that give back the jobs of CTE ``taken`` (a column ``id``, its rows locked)
+    and the select list that counts what they did (a ``GivenBack`` row): a running job
+    goes back to queued now with the attempt counted as failed and ``error`` as its
+    last_error, or to dead_jobs with it when its attempts are spent, or ends cancelled
+    (last_error ``cancelled``) if its cancellation had been requested; a claimed job goes
+    back as it was."""
+    return """
+        requeued AS (
+            UPDATE {schema}.jobs AS j
+               SET status = 'queued', run_at = now(), worker_id = NULL, lease_token = NULL,
+                   lease_expires_at = NULL, cancel_requested = false,
+                   last_error = """ + error + """
+              FROM taken t
+             WHERE j.id = t.id AND j.status = 'running' AND j.attempts < j.max_attempts
+               AND NOT j.cancel_requested
+            RETURNING j.id, j.queue
+        ),
+        cancelled AS (
+            UPDATE {schema}.jobs AS j
+               SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL,
+                   expires_at = now() + make_interval(secs => j.result_ttl),
+                   last_error = """ + cancelled + """
+              FROM taken t
+             WHERE j.id = t.id AND j.status = 'running' AND j.cancel_requested
+            RETURNING j.id
+        ),
+        dead AS (
+            DELETE FROM {schema}.jobs AS j
+             USING taken t
+             WHERE j.id = t.id AND j.status = 'running' AND j.attempts >= j.max_attempts
+               AND NOT j.cancel_requested
+            RETURNING """ + _SHARED + """
+        ),
+        buried AS (
+            """ + _bury(last_error=error, finished_at="now()", error=error,
+                        failed_at="now()") + """
+        ),
+        released AS (
+            UPDATE {schema}.jobs AS j SET """ + _UNCLAIMED + """
+              FROM taken t
+             WHERE j.id = t.id AND j.status = 'claimed'
+            RETURNING j.id, j.queue
+        )
+        SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM dead) AS dead,
+               (SELECT count(*) FROM cancelled) AS cancelled,
+               (SELECT count(*) FROM released) AS released,
+               (SELECT string_agg(DISTINCT queue, ',')
+                  FROM (SELECT queue FROM requeued UNION ALL SELECT queue FROM released) AS q)
+                   AS queues
+    """
 
 
 # Delete the steps (job_steps, revision 0009_job_steps) of the jobs in CTE ``jobs``
@@ -263,10 +369,12 @@ _BEFORE_ID = "COALESCE(%(before_id)s::bigint, 9223372036854775807)"
 
 # Per queue, the counts of its jobs by API status and its oldest ready job's wait:
 # CTEs ``live`` and ``dead``, then the select list over them (``live``/``dead`` aliases).
+# A claimed job (held by a worker, not started) is waiting: queued.
 _QUEUE_COUNTS = """
     WITH live AS (
         SELECT queue,
-               count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS queued,
+               count(*) FILTER (WHERE status = 'claimed'
+                                OR (status = 'queued' AND run_at <= now())) AS queued,
                count(*) FILTER (WHERE status = 'queued' AND run_at > now()
                                 AND attempts = 0) AS scheduled,
                count(*) FILTER (WHERE status = 'queued' AND run_at > now()
@@ -275,7 +383,8 @@ _QUEUE_COUNTS = """
                count(*) FILTER (WHERE status = 'running') AS running,
                count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
                count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-               min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())
+               min(run_at) FILTER (WHERE status = 'claimed'
+                                   OR (status = 'queued' AND run_at <= now()))
                    AS oldest_queued_run_at
           FROM {schema}.jobs GROUP BY queue
     ),
@@ -469,9 +578,7 @@ def _claim_limited(*, in_queues: bool) -> str:
                    started_at = now(), cancel_requested = false
               FROM locked
              WHERE j.id = locked.id
-            RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority,
-                      j.attempts AS attempt, j.max_attempts, j.timeout, j.meta, j.run_at,
-                      j.created_at, j.lease_token AS token, j.workflow_id, true AS limited
+            RETURNING {_claimed_columns("true", "true")}
         ),
         charged AS (
             -- now() is the same all through the transaction: EXCLUDED.next_start_at - now()
@@ -491,9 +598,47 @@ def _claim_limited(*, in_queues: bool) -> str:
     """
 
 
+def _claimable(*, in_queues: bool) -> str:
+    """The condition on a jobs row for the plain claim to take it: queued and due, not
+    blocked (``_UNBLOCKED``), and (``in_queues``) in %(queues)s."""
+    where = "status = 'queued' AND run_at <= now()\n AND " + _UNBLOCKED
+    if in_queues:
+        where += " AND queue = ANY(%(queues)s::text[])"
+    return where
+
+
+def _unblocked() -> str:
+    """Not of a paused or limited queue, not of a limited task, not of a paused task or
+    key: what the plain claim requires of a job, and a held job's start too (its queue
+    may have been paused since it was claimed)."""
+    # Paused and limited queues (revisions 0006_queues, 0010_limits): an array read once
+    # per statement from the small queues table (an InitPlan), compared with each row the
+    # walk meets. Limited tasks and the tasks and keys paused by RateLimited: one more
+    # array, of scopes ('task:T', 'key:K'), from task_limits and limit_state. Their jobs
+    # are left to claim_limited_jobs. Each table the statement names costs every claim
+    # its executor set-up even when nothing is found (measured with a prepared claim of 8
+    # of 20,000 ready jobs: 1.11 ms with no check, 1.11 ms with the paused check, 1.44 ms
+    # with a check per table and scope kind); two arrays keep it to three tables.
+    return ("queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE paused OR "
+            + _QUEUE_LIMITED + "))\n AND " + _SCOPES_CLEAR)
+
+
+_UNBLOCKED = _unblocked()
+
+
+# The columns of a ClaimedJob, from a jobs row j (after its update) and the claim's
+# ``started`` (SQL expression).
+def _claimed_columns(limited: str, started: str) -> str:
+    return ("j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts AS attempt, "
+            "j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at, "
+            f"j.lease_token AS token, j.workflow_id, {limited} AS limited, {started} AS started")
+
+
 def _claim(*, in_queues: bool, after: bool) -> str:
     """A claim: up to %(limit)s ready jobs, highest priority first, skipping rows another
-    worker is claiming right now.
+    worker is claiming right now. The first %(start)s of them, in claim order, start
+    (``running``, their attempt counted); the others are held (``claimed``): the worker
+    starts them later, as its slots free, with start_jobs_*.
 
     Each variant is its own statement so that each gets its own simple plan.
     ``in_queues`` limits the claim to %(queues)s. ``after`` resumes behind the last job
@@ -505,41 +650,204 @@ def _claim(*, in_queues: bool, after: bool) -> str:
     from the head whenever a resumed one comes back short and whenever it is woken, so a
     job that lands behind the cursor waits at most until then (see producer.py).
     """
-    # Paused and limited queues (revisions 0006_queues, 0010_limits): an array read once
-    # per statement from the small queues table (an InitPlan), compared with each row the
-    # walk meets. Limited tasks and the tasks and keys paused by RateLimited: one more
-    # array, of scopes ('task:T', 'key:K'), from task_limits and limit_state. Their jobs
-    # are left to claim_limited_jobs. Each table the statement names costs every claim
-    # its executor set-up even when nothing is found (measured with a prepared claim of 8
-    # of 20,000 ready jobs: 1.11 ms with no check, 1.11 ms with the paused check, 1.44 ms
-    # with a check per table and scope kind); two arrays keep it to three tables.
-    where = ("status = 'queued' AND run_at <= now()"
-             "\n AND queue <> ALL (ARRAY(SELECT name FROM {schema}.queues WHERE paused OR "
-             + _QUEUE_LIMITED + "))"
-             "\n AND " + _SCOPES_CLEAR)
-    if in_queues:
-        where += " AND queue = ANY(%(queues)s::text[])"
+    where = _claimable(in_queues=in_queues)
     if after:
         where += ("\n AND priority = %(after_priority)s::smallint"
                   "\n AND (run_at, id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)")
+    # Which rows start is decided by their rank in claim order (the window's sort of at
+    # most %(limit)s rows; the claim connection turns JIT off, which the sort's disabled
+    # cost would otherwise set off on PostgreSQL < 18).
     return f"""
-        WITH claimable AS (
-            SELECT id FROM {{schema}}.jobs
+        WITH claimable AS MATERIALIZED (
+            SELECT id, priority, run_at FROM {{schema}}.jobs
              WHERE {where}
              ORDER BY priority DESC, run_at, id
              LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED
+        ),
+        ranked AS (
+            SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id)
+                       <= %(start)s AS started
+              FROM claimable
         )
         UPDATE {{schema}}.jobs AS j
-           SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
+           SET status = CASE WHEN r.started THEN 'running' ELSE 'claimed' END,
+               attempts = j.attempts + r.started::int, worker_id = %(worker_id)s,
                lease_token = %(token)s, lease_expires_at = now() + make_interval(secs => %(lease)s),
-               started_at = now(), cancel_requested = false
-          FROM claimable
-         WHERE j.id = claimable.id
-        RETURNING j.id, j.queue, j.task, j.args, j.kwargs, j.priority, j.attempts AS attempt,
-                  j.max_attempts, j.timeout, j.meta, j.run_at, j.created_at,
-                  j.lease_token AS token, j.workflow_id, false AS limited
+               started_at = CASE WHEN r.started THEN now() ELSE j.started_at END,
+               cancel_requested = false
+          FROM ranked r
+         WHERE j.id = r.id
+        RETURNING {_claimed_columns("false", "r.started")}
     """
+
+
+def _starting(*, in_queues: bool) -> str:
+    """CTEs that start jobs this worker holds, for %(n)s free slots (``started``, its rows
+    those of a ClaimedJob; ``held`` with ``unblocked`` false: the held jobs that may no
+    longer start). Started: the best of the held jobs it
+    offers (%(offered)s, ``[[id, token], ...]``, still ``claimed`` under that token) and of
+    the ready jobs of higher priority than the worst of them (%(floor)s) that the plain
+    claim could take, in claim order. A job of higher priority enqueued after the held
+    ones were claimed starts before them (claimed here, started at once, under
+    %(token)s); a held job that was cancelled, released or taken back since is not
+    started. Held jobs offered and not started stay held, but for those the plain claim
+    would not take any more (their queue was paused or limited, their task limited or
+    paused since they were claimed): those come back unstarted (``started`` false) for
+    the worker to give back.
+
+    The higher-priority look is an index range at the top of jobs_claim_idx (priorities
+    above the floor): in a queue of one priority it reads one index page and finds
+    nothing.
+    """
+    return f"""
+        offered AS (
+            SELECT (o->>0)::bigint AS id, (o->>1)::bigint AS token
+              FROM jsonb_array_elements(%(offered)s::jsonb) AS o
+        ),
+        held AS (
+            SELECT j.id, j.priority, j.run_at, j.lease_token AS token,
+                   {_UNBLOCKED} AS unblocked
+              FROM offered o CROSS JOIN LATERAL ({_BY_ID.format(id="o.id")}) AS j
+             WHERE j.status = 'claimed' AND j.lease_token = o.token
+        ),
+        better AS MATERIALIZED (
+            SELECT id, priority, run_at, NULL::bigint AS token FROM {{schema}}.jobs
+             WHERE {_claimable(in_queues=in_queues)}
+               AND priority > %(floor)s::smallint
+             ORDER BY priority DESC, run_at, id
+             LIMIT %(n)s
+             FOR UPDATE SKIP LOCKED
+        ),
+        picked AS (
+            SELECT * FROM (SELECT id, priority, run_at, token FROM held WHERE unblocked
+                           UNION ALL SELECT * FROM better) AS candidate
+             ORDER BY priority DESC, run_at, id
+             LIMIT %(n)s
+        ),
+        started AS (
+            UPDATE {{schema}}.jobs AS j
+               SET status = 'running', attempts = j.attempts + 1, worker_id = %(worker_id)s,
+                   lease_token = COALESCE(p.token, %(token)s),
+                   lease_expires_at = now() + make_interval(secs => %(lease)s),
+                   started_at = now(), cancel_requested = false
+              FROM picked p
+             WHERE j.id = p.id
+               AND CASE WHEN p.token IS NULL THEN j.status = 'queued'
+                        ELSE j.status = 'claimed' AND j.lease_token = p.token END
+            RETURNING {_claimed_columns("false", "true")}
+        )
+    """
+
+
+# One jobs row by id, for a LATERAL join from a list of ids: OFFSET 0 keeps the planner
+# from folding it into a join, so each id is one primary-key lookup whatever the other
+# conditions on the row. Folded, a condition such as ``status = 'claimed'`` matches the
+# predicate of jobs_lease_idx, and with statistics that under-count held rows (they were
+# taken while the jobs were queued) the planner scans that index — every held and running
+# row of every worker — for each batch: 12 ms a batch with 2,400 rows running.
+_BY_ID = "SELECT * FROM {{schema}}.jobs WHERE id = {id} OFFSET 0"
+
+# Recording a batch of outcomes (complete_jobs): CTEs ``outcome`` (the batch),
+# ``updated`` (jobs that stay in jobs), ``dead`` (moved to dead_jobs) and ``buried``.
+#
+# Statements that find a batch's jobs by the ids of a JSON array say so twice: as a join
+# (which pairs each row with its token and kind) and as ``id = ANY(ARRAY(...))``, which
+# makes the scan of jobs a primary-key lookup of just those ids. With the join alone the
+# planner, which estimates 100 rows for any jsonb_array_elements, may hash-join against a
+# scan of every held and running row of every worker (jobs_lease_idx): measured 5 ms of
+# server CPU a batch with 2,400 rows running, instead of under 1.
+_RECORD = """outcome AS (
+            SELECT (o->>0)::bigint AS id, (o->>1)::bigint AS token, o->>2 AS kind,
+                   (o->>3)::jsonb AS result, o->>4 AS error, (o->>5)::float8 AS delay,
+                   (o->>6)::jsonb AS progress
+              FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
+        ),
+        updated AS (
+            UPDATE {schema}.jobs AS j
+               SET status = CASE WHEN """ + _CANCEL_WINS + """ THEN 'cancelled'
+                                 ELSE CASE o.kind
+                                WHEN 'succeeded' THEN 'succeeded'
+                                WHEN 'result' THEN 'succeeded'
+                                WHEN 'cancelled' THEN 'cancelled'
+                                WHEN 'progress' THEN 'running'
+                                ELSE 'queued' END END,
+                   result = CASE WHEN o.kind IN ('succeeded', 'result')
+                                 THEN COALESCE(o.result, 'null'::jsonb) ELSE j.result END,
+                   attempts = CASE WHEN o.kind IN ('snooze', 'release') THEN j.attempts - 1
+                                   ELSE j.attempts END,
+                   run_at = CASE WHEN o.kind IN ('retry', 'snooze')
+                                     THEN now() + make_interval(secs => o.delay)
+                                 WHEN o.kind = 'release' THEN now()
+                                 ELSE j.run_at END,
+                   last_error = COALESCE(o.error, j.last_error),
+                   finished_at = CASE WHEN o.kind IN ('succeeded', 'cancelled')
+                                           OR """ + _CANCEL_WINS + """ THEN now()
+                                      WHEN o.kind IN ('progress', 'result') THEN j.finished_at
+                                      ELSE NULL END,
+                   expires_at = CASE WHEN o.kind IN ('succeeded', 'cancelled')
+                                          OR """ + _CANCEL_WINS + """
+                                         THEN now() + make_interval(secs => j.result_ttl)
+                                     WHEN o.kind IN ('progress', 'result') THEN j.expires_at
+                                     ELSE NULL END,
+                   lease_expires_at = CASE WHEN o.kind = 'progress' THEN j.lease_expires_at
+                                           ELSE NULL END,
+                   worker_id = CASE WHEN o.kind IN ('retry', 'snooze', 'release', 'unclaim')
+                                    THEN NULL ELSE j.worker_id END,
+                   lease_token = CASE WHEN o.kind IN ('retry', 'snooze', 'release', 'unclaim')
+                                      THEN NULL ELSE j.lease_token END,
+                   cancel_requested = CASE WHEN o.kind = 'progress' THEN j.cancel_requested
+                                           ELSE false END,
+                   meta = CASE WHEN o.progress IS NULL THEN j.meta
+                               ELSE jsonb_set(j.meta, '{{progress}}', o.progress) END
+              FROM outcome o
+             WHERE j.id = ANY(ARRAY(SELECT id FROM outcome))
+               AND j.id = o.id AND j.lease_token = o.token
+               AND j.status = CASE o.kind WHEN 'result' THEN 'succeeded'
+                                          WHEN 'unclaim' THEN 'claimed' ELSE 'running' END
+               AND o.kind <> 'dead'
+            RETURNING j.id, o.kind, j.queue, j.status = 'queued' AND j.run_at <= now() AS ready,
+                      o.token
+        ),
+        dead AS (
+            DELETE FROM {schema}.jobs AS j
+             USING outcome o
+             WHERE %(any_dead)s::boolean AND j.id = ANY(ARRAY(SELECT id FROM outcome))
+               AND j.id = o.id AND j.lease_token = o.token
+               AND j.status = 'running' AND o.kind = 'dead'
+            RETURNING """ + _SHARED + """, o.error AS final_error,
+                      CASE WHEN o.progress IS NULL THEN j.meta
+                           ELSE jsonb_set(j.meta, '{{progress}}', o.progress) END AS final_meta,
+                      o.token
+        ),
+        buried AS (
+            """ + _bury(last_error="final_error", meta="final_meta", finished_at="now()",
+                        error="final_error", failed_at="now()") + """
+        )
+"""
+
+
+def _complete_and_start(*, in_queues: bool) -> str:
+    """complete_jobs and start_jobs_* in one statement (see complete_and_start_jobs_*)."""
+    # An outcome's row: its id, queue and token, the job's other fields null (named and
+    # typed here: the first branch of a UNION names its columns).
+    outcome_columns = (
+        "u.kind, u.ready, u.id, u.queue, NULL::text AS task, NULL::jsonb AS args, "
+        "NULL::jsonb AS kwargs, NULL::smallint AS priority, NULL::integer AS attempt, "
+        "NULL::integer AS max_attempts, NULL::float8 AS timeout, NULL::jsonb AS meta, "
+        "NULL::timestamptz AS run_at, NULL::timestamptz AS created_at, u.token, "
+        "NULL::bigint AS workflow_id, NULL::boolean AS limited, NULL::boolean AS started")
+    return ("WITH " + _RECORD + ",\n" + _starting(in_queues=in_queues) + f"""
+        SELECT {outcome_columns}
+          FROM (SELECT id, kind, queue, ready, token FROM updated
+                UNION ALL SELECT id, 'dead', queue, false, token FROM dead) AS u
+        UNION ALL
+        SELECT 'started', false, started.* FROM started
+        UNION ALL
+        SELECT 'blocked', false, {_claimed_columns("false", "false")}
+          FROM {{schema}}.jobs j JOIN held h ON h.id = j.id
+         WHERE NOT h.unblocked
+    """)
 
 
 # -- Statements ----------------------------------------------------------------------------
@@ -854,7 +1162,8 @@ class Queries:
     # Records a batch of outcomes in one statement, fenced on id, lease token and
     # status. Kinds: succeeded, retry, snooze, release, cancelled, progress (meta only,
     # job keeps running), result (value of a job already marked succeeded by
-    # ctx.transaction()), dead (moved to dead_jobs). Returns the rows it changed. A
+    # ctx.transaction()), dead (moved to dead_jobs), unclaim (a held job that never
+    # started, back to queued as it was claimed). Returns the rows it changed. A
     # None result is stored as JSON null, so that SQL NULL in a succeeded row means "not
     # recorded yet": marked succeeded by ctx.transaction(), its value still to come (the
     # workflow triggers of 0007_workflows and Job.wait() wait for it).
@@ -868,76 +1177,19 @@ class Queries:
     # arrays: psycopg dumps an array element by element in Python (a regular expression
     # per text element), which cost the worker more CPU per job than anything but the
     # task itself; orjson writes the whole batch in one C call.
-    complete_jobs = _Typed(RecordedOutcome, """
-        WITH outcome AS (
-            SELECT (o->>0)::bigint AS id, (o->>1)::bigint AS token, o->>2 AS kind,
-                   (o->>3)::jsonb AS result, o->>4 AS error, (o->>5)::float8 AS delay,
-                   (o->>6)::jsonb AS progress
-              FROM jsonb_array_elements(%(outcomes)s::jsonb) AS o
-        ),
-        updated AS (
-            UPDATE {schema}.jobs AS j
-               SET status = CASE WHEN """ + _CANCEL_WINS + """ THEN 'cancelled'
-                                 ELSE CASE o.kind
-                                WHEN 'succeeded' THEN 'succeeded'
-                                WHEN 'result' THEN 'succeeded'
-                                WHEN 'cancelled' THEN 'cancelled'
-                                WHEN 'progress' THEN 'running'
-                                ELSE 'queued' END END,
-                   result = CASE WHEN o.kind IN ('succeeded', 'result')
-                                 THEN COALESCE(o.result, 'null'::jsonb) ELSE j.result END,
-                   attempts = CASE WHEN o.kind IN ('snooze', 'release') THEN j.attempts - 1
-                                   ELSE j.attempts END,
-                   run_at = CASE WHEN o.kind IN ('retry', 'snooze')
-                                     THEN now() + make_interval(secs => o.delay)
-                                 WHEN o.kind = 'release' THEN now()
-                                 ELSE j.run_at END,
-                   last_error = COALESCE(o.error, j.last_error),
-                   finished_at = CASE WHEN o.kind IN ('succeeded', 'cancelled')
-                                           OR """ + _CANCEL_WINS + """ THEN now()
-                                      WHEN o.kind IN ('progress', 'result') THEN j.finished_at
-                                      ELSE NULL END,
-                   expires_at = CASE WHEN o.kind IN ('succeeded', 'cancelled')
-                                          OR """ + _CANCEL_WINS + """
-                                         THEN now() + make_interval(secs => j.result_ttl)
-                                     WHEN o.kind IN ('progress', 'result') THEN j.expires_at
-                                     ELSE NULL END,
-                   lease_expires_at = CASE WHEN o.kind = 'progress' THEN j.lease_expires_at
-                                           ELSE NULL END,
-                   worker_id = CASE WHEN o.kind IN ('retry', 'snooze', 'release') THEN NULL
-                                    ELSE j.worker_id END,
-                   lease_token = CASE WHEN o.kind IN ('retry', 'snooze', 'release') THEN NULL
-                                      ELSE j.lease_token END,
-                   cancel_requested = CASE WHEN o.kind = 'progress' THEN j.cancel_requested
-                                           ELSE false END,
-                   meta = CASE WHEN o.progress IS NULL THEN j.meta
-                               ELSE jsonb_set(j.meta, '{{progress}}', o.progress) END
-              FROM outcome o
-             WHERE j.id = o.id AND j.lease_token = o.token
-               AND j.status = CASE o.kind WHEN 'result' THEN 'succeeded' ELSE 'running' END
-               AND o.kind <> 'dead'
-            RETURNING j.id, o.kind, j.queue, j.status = 'queued' AND j.run_at <= now() AS ready,
-                      o.token
-        ),
-        dead AS (
-            DELETE FROM {schema}.jobs AS j
-             USING outcome o
-             WHERE %(any_dead)s::boolean
-               AND j.id = o.id AND j.lease_token = o.token
-               AND j.status = 'running' AND o.kind = 'dead'
-            RETURNING """ + _SHARED + """, o.error AS final_error,
-                      CASE WHEN o.progress IS NULL THEN j.meta
-                           ELSE jsonb_set(j.meta, '{{progress}}', o.progress) END AS final_meta,
-                      o.token
-        ),
-        buried AS (
-            """ + _bury(last_error="final_error", meta="final_meta", finished_at="now()",
-                        error="final_error", failed_at="now()") + """
-        )
+    complete_jobs = _Typed(RecordedOutcome, "WITH " + _RECORD + """
         SELECT id, kind, queue, ready, token FROM updated
         UNION ALL
         SELECT id, 'dead', queue, false, token FROM dead
     """)
+    # The same, and in the same statement the start of held jobs for the slots this
+    # batch frees (start_jobs_*): the slots' outcomes and their next jobs commit
+    # together, one round trip (a transaction of two statements was measured at three
+    # times one statement's client time per batch). Rows: the outcomes recorded, then
+    # the jobs started ('started') and the held ones that may no longer start
+    # ('blocked').
+    complete_and_start_jobs_any_queue = _Typed(WrittenRow, _complete_and_start(in_queues=False))
+    complete_and_start_jobs_in_queues = _Typed(WrittenRow, _complete_and_start(in_queues=True))
     # Before a batch that finishes workflow steps: lock the waiting steps that follow
     # them, all at once and in id order. The triggers of revision 0007_workflows lock the
     # successors of each finished step as its row is updated, in the order the batch
@@ -988,8 +1240,14 @@ class Queries:
         RETURNING s.result
     """)
     # -- Heartbeat ---------------------------------------------------------------------
-    # One statement: upsert this worker's row and extend the lease of every job it holds.
-    # Returns the jobs still held, so the worker learns of lost leases and cancellations.
+    # One statement: upsert this worker's row and extend the lease of every job it says it
+    # holds (%(held)s, ``[[id, token], ...]``: claimed, running, or ended with its outcome
+    # still to be written), and only those. Returns the rows of those jobs the database
+    # still gives this worker, with their current token, so the worker learns of lost
+    # leases and cancellations. A row of this worker's that it does not list is not
+    # extended: its claim or outcome was lost (a failover, a restore), and
+    # give_back_orphaned_jobs returns it to the queue rather than let a live worker's
+    # heartbeats keep it running for ever.
     # It never waits for a row lock: a job row that another transaction has locked — a
     # task's ctx.transaction(), which can last longer than the lease, or an outcome being
     # written — is skipped (nobody can rescue a locked row) and reported as held from the
@@ -1006,17 +1264,29 @@ class Queries:
                    stuck = EXCLUDED.stuck
             RETURNING id
         ),
+        mine AS (
+            SELECT (h->>0)::bigint AS id, (h->>1)::bigint AS token
+              FROM jsonb_array_elements(%(held)s::jsonb) AS h
+        ),
         held AS (
-            SELECT id, lease_token, cancel_requested FROM {schema}.jobs
-             WHERE worker_id = %(worker_id)s AND status = 'running'
+            SELECT j.id, j.lease_token, j.cancel_requested, m.token = j.lease_token AS ours
+              FROM mine m CROSS JOIN LATERAL (""" + _BY_ID.format(id="m.id") + """) AS j
+             WHERE j.worker_id = %(worker_id)s AND j.status IN ('running', 'claimed')
+        ),
+        unlocked AS (
+            SELECT u.id FROM held h CROSS JOIN LATERAL (
+                SELECT id FROM {schema}.jobs
+                 WHERE id = h.id AND worker_id = %(worker_id)s
+                   AND status IN ('running', 'claimed')
+                 FOR UPDATE SKIP LOCKED) AS u
+             WHERE h.ours
         ),
         extended AS (
             UPDATE {schema}.jobs AS j
                SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-              FROM worker, (SELECT id FROM {schema}.jobs
-                             WHERE worker_id = %(worker_id)s AND status = 'running'
-                               FOR UPDATE SKIP LOCKED) AS unlocked
-             WHERE j.id = unlocked.id AND j.worker_id = worker.id
+              FROM worker, unlocked
+             WHERE j.id = ANY(ARRAY(SELECT id FROM unlocked)) AND j.id = unlocked.id
+               AND j.worker_id = worker.id
             RETURNING j.id, j.lease_token, j.cancel_requested
         )
         SELECT id, lease_token, cancel_requested FROM extended
@@ -1024,10 +1294,30 @@ class Queries:
         SELECT id, lease_token, cancel_requested FROM held
          WHERE id NOT IN (SELECT id FROM extended)
     """)
+    # The jobs the database says this worker holds and the worker does not (see
+    # heartbeat): given back now, a running one with the attempt counted as failed and a
+    # last_error that says why. Only rows whose lease this worker has not renewed or taken
+    # for %(grace)s seconds: a claim of its own that commits while the heartbeat runs is
+    # not in the list the heartbeat was given, and its lease is fresh.
+    give_back_orphaned_jobs = _Typed(GivenBack, """
+        WITH mine AS (
+            SELECT (h->>0)::bigint AS id FROM jsonb_array_elements(%(held)s::jsonb) AS h
+        ),
+        taken AS (
+            SELECT id FROM {schema}.jobs
+             WHERE worker_id = %(worker_id)s AND status IN ('running', 'claimed')
+               AND id NOT IN (SELECT id FROM mine)
+               AND lease_expires_at
+                   < now() + make_interval(secs => %(lease)s::float8 - %(grace)s::float8)
+               FOR UPDATE SKIP LOCKED
+        ),""" + _give_back(_NOT_HELD, "'cancelled: its worker no longer held it while its "
+                           "cancellation was requested'") + """
+    """)
     delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
     # -- Health (pgqueue/health.py: pgq health, probes) ----------------------------------
     # Workers whose lease runs (alive), and per queue that is not paused the age of its
-    # oldest ready job: the queued rows only (the claim index's partial rows).
+    # oldest ready job: the queued rows (the claim index's partial rows) and the claimed
+    # ones (held by a worker, not started: jobs_lease_idx's).
     select_health = _Plain("""
         SELECT (SELECT count(*) FROM {schema}.workers WHERE lease_expires_at > now())
                    AS live_workers,
@@ -1037,7 +1327,7 @@ class Queries:
     select_oldest_ready = _Plain("""
         SELECT j.queue, extract(epoch FROM now() - min(j.run_at))::float8 AS age_seconds
           FROM {schema}.jobs j
-         WHERE j.status = 'queued' AND j.run_at <= now()
+         WHERE (j.status = 'claimed' OR (j.status = 'queued' AND j.run_at <= now()))
            AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
          GROUP BY j.queue
          ORDER BY age_seconds DESC, j.queue
@@ -1079,55 +1369,26 @@ class Queries:
           FROM {schema}.workers ORDER BY started_at, id
     """)
     # -- Maintenance (any worker may run these; SKIP LOCKED keeps them from fighting) ---
-    # Expired leases count as a failed attempt: back to queued at once, or dead when
-    # the attempts are spent.
-    rescue_expired_jobs = _Typed(Rescued, """
-        WITH expired AS (
+    # Expired leases: a running job's counts as a failed attempt (back to queued at once,
+    # or dead when the attempts are spent); a claimed job goes back as it was (it never
+    # started).
+    rescue_expired_jobs = _Typed(GivenBack, """
+        WITH taken AS (
             SELECT id FROM {schema}.jobs
-             WHERE status = 'running' AND lease_expires_at < now()
+             WHERE status IN ('running', 'claimed') AND lease_expires_at < now()
              ORDER BY lease_expires_at
              LIMIT %(limit)s
              FOR UPDATE SKIP LOCKED
-        ),
-        requeued AS (
-            UPDATE {schema}.jobs AS j
-               SET status = 'queued', run_at = now(), worker_id = NULL, lease_token = NULL,
-                   lease_expires_at = NULL, cancel_requested = false,
-                   last_error = """ + _LEASE_EXPIRED + """
-              FROM expired e
-             WHERE j.id = e.id AND j.attempts < j.max_attempts AND NOT j.cancel_requested
-            RETURNING j.id, j.queue
-        ),
-        cancelled AS (
-            UPDATE {schema}.jobs AS j
-               SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL,
-                   expires_at = now() + make_interval(secs => j.result_ttl),
-                   last_error = 'cancelled: lease expired while cancellation was requested'
-              FROM expired e
-             WHERE j.id = e.id AND j.cancel_requested
-            RETURNING j.id
-        ),
-        dead AS (
-            DELETE FROM {schema}.jobs AS j
-             USING expired e
-             WHERE j.id = e.id AND j.attempts >= j.max_attempts AND NOT j.cancel_requested
-            RETURNING """ + _SHARED + """
-        ),
-        buried AS (
-            """ + _bury(last_error=_LEASE_EXPIRED, finished_at="now()", error=_LEASE_EXPIRED,
-                        failed_at="now()") + """
-        )
-        SELECT (SELECT count(*) FROM requeued) AS requeued, (SELECT count(*) FROM dead) AS dead,
-               (SELECT count(*) FROM cancelled) AS cancelled,
-               (SELECT string_agg(DISTINCT queue, ',') FROM requeued) AS queues
+        ),""" + _give_back(_LEASE_EXPIRED, "'cancelled: lease expired while cancellation "
+                           "was requested'") + """
     """)
     # A worker process that is known to be gone (its supervisor saw it exit: pgq worker
     # --processes) holds its jobs no longer: end their leases now, so that the rescue
     # above takes them at once instead of after the lease. Fenced like every write of a
-    # running job: only rows still running under that worker change.
+    # held job: only rows still claimed or running under that worker change.
     expire_worker_leases = _Plain("""
         UPDATE {schema}.jobs SET lease_expires_at = now()
-         WHERE worker_id = %(worker_id)s AND status = 'running'
+         WHERE worker_id = %(worker_id)s AND status IN ('running', 'claimed')
     """)
     delete_stale_workers = _Typed(StaleWorker, """
         DELETE FROM {schema}.workers
@@ -1375,8 +1636,11 @@ class Queries:
                    min(run_at) FILTER (WHERE run_at <= now()) AS oldest_queued_run_at
               FROM {schema}.jobs WHERE status = 'queued' GROUP BY queue
             UNION ALL
-            SELECT queue, 0, 0, 0, 0, count(*), 0, NULL
-              FROM {schema}.jobs WHERE status = 'running' GROUP BY queue
+            -- Held jobs (claimed, not started) are waiting: queued.
+            SELECT queue, count(*) FILTER (WHERE status = 'claimed'), 0, 0, 0,
+                   count(*) FILTER (WHERE status = 'running'), 0,
+                   min(run_at) FILTER (WHERE status = 'claimed')
+              FROM {schema}.jobs WHERE status IN ('running', 'claimed') GROUP BY queue
             UNION ALL
             -- Only workflow steps wait: the predicate lets jobs_workflow_idx serve it.
             SELECT queue, 0, 0, 0, count(*), 0, 0, NULL
@@ -1579,7 +1843,7 @@ class Queries:
     cancel_workflow_steps = _Plain("""
         WITH locked AS (
             SELECT id FROM {schema}.jobs
-             WHERE workflow_id = %(id)s AND status IN ('queued', 'waiting')
+             WHERE workflow_id = %(id)s AND status IN ('queued', 'claimed', 'waiting')
              ORDER BY id
                FOR UPDATE
         ),
@@ -1587,7 +1851,8 @@ class Queries:
             UPDATE {schema}.jobs AS j
                SET status = 'cancelled', finished_at = now(),
                    last_error = format('cancelled with its workflow %%s', %(id)s::bigint),
-                   expires_at = now() + make_interval(secs => j.result_ttl)
+                   expires_at = now() + make_interval(secs => j.result_ttl),
+                   worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
               FROM locked WHERE j.id = locked.id
             RETURNING j.id
         ),
@@ -1600,11 +1865,15 @@ class Queries:
                (SELECT count(*) FROM requested) AS requested
     """)
     # -- Cancelling ---------------------------------------------------------------------
+    # A job that has not started ends cancelled at once, whoever holds it: a worker that
+    # claimed it ahead of its slots (claimed) never starts it, for its start is fenced on
+    # the claimed status (start_jobs_*).
     cancel_queued_job = _Plain("""
         UPDATE {schema}.jobs
            SET status = 'cancelled', finished_at = now(), last_error = 'cancelled before it ran',
-               expires_at = now() + make_interval(secs => result_ttl)
-         WHERE id = %(id)s AND status IN ('queued', 'waiting')
+               expires_at = now() + make_interval(secs => result_ttl),
+               worker_id = NULL, lease_token = NULL, lease_expires_at = NULL
+         WHERE id = %(id)s AND status IN ('queued', 'claimed', 'waiting')
         RETURNING id
     """)
     request_cancel_running_job = _Plain("""

@@ -71,7 +71,15 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         Column("task", Text, nullable=False),
         Column("args", JSONB, nullable=False, server_default=text("'[]'")),
         Column("kwargs", JSONB, nullable=False, server_default=text("'{}'")),
-        Column("status", Text, nullable=False, server_default=text("'queued'")),
+        Column(
+            "status",
+            Text,
+            nullable=False,
+            server_default=text("'queued'"),
+            comment="queued (waiting for a worker), claimed (held by worker_id, not started: "
+            "API status queued), running, succeeded, cancelled, or waiting (a workflow step "
+            "whose dependencies have not all succeeded).",
+        ),
         Column("priority", SmallInteger, nullable=False, server_default=text("0")),
         Column("run_at", _TIMESTAMPTZ, nullable=False, server_default=text("now()")),
         Column(
@@ -79,16 +87,16 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
             Integer,
             nullable=False,
             server_default=text("0"),
-            comment="Number of claims that counted (snoozes and shutdown releases give "
-            "theirs back).",
+            comment="Number of attempts started (snoozes and shutdown releases give theirs "
+            "back; a claimed job has not started one).",
         ),
         Column("max_attempts", Integer, nullable=False, server_default=text("3")),
         Column("idempotency_key", Text),
         Column(
             "lease_expires_at",
             _TIMESTAMPTZ,
-            comment="While running: the worker must heartbeat before this time or the job is "
-            "rescued.",
+            comment="While claimed or running: the worker must heartbeat before this time or "
+            "the job is rescued.",
         ),
         Column("worker_id", Text),
         Column("last_error", Text),
@@ -132,7 +140,7 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         CheckConstraint("cost IS NULL OR (cost >= 0 AND cost <= 1e9)", name="jobs_cost_check"),
         CheckConstraint("waits_for >= 0", name="jobs_waits_for_check"),
         CheckConstraint(  # 'waiting': 0007_workflows
-            "status IN ('queued', 'running', 'succeeded', 'cancelled', 'waiting')",
+            "status IN ('queued', 'claimed', 'running', 'succeeded', 'cancelled', 'waiting')",
             name="jobs_status_check",
         ),
         CheckConstraint("jsonb_typeof(args) = 'array'", name="jobs_args_is_array"),
@@ -143,7 +151,8 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         CheckConstraint("result_ttl >= 0", name="jobs_result_ttl_check"),
         CheckConstraint("timeout IS NULL OR timeout > 0", name="jobs_timeout_check"),
         CheckConstraint(
-            "status <> 'running' OR (lease_expires_at IS NOT NULL AND worker_id IS NOT NULL)",
+            "status NOT IN ('running', 'claimed') "
+            "OR (lease_expires_at IS NOT NULL AND worker_id IS NOT NULL)",
             name="jobs_running_has_lease",
         ),
         CheckConstraint(  # 0005_times_in_range: times Python's datetime can read
@@ -172,7 +181,8 @@ def _jobs(metadata: MetaData, schema: str) -> Table:
         table.c.run_at,
         postgresql_where=text("status = 'queued' AND run_at > created_at"),
     )
-    Index("jobs_lease_idx", table.c.lease_expires_at, postgresql_where=text("status = 'running'"))
+    Index("jobs_lease_idx", table.c.lease_expires_at,
+          postgresql_where=text("status IN ('running', 'claimed')"))
     Index(
         "jobs_expires_idx",
         table.c.expires_at,

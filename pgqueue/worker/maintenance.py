@@ -86,11 +86,14 @@ class Maintenance(Service):
                     "Rescued jobs with expired leases: %d back to queued, %d dead, %d cancelled.",
                     rescued.requeued, rescued.dead, rescued.cancelled,
                 )
+            if rescued.released:
+                logger.info("%d held job(s) whose worker stopped heartbeating before it "
+                            "started them: back to the queue.", rescued.released)
             if rescued.queues:
                 await conn.execute(self._queries.notify_ready, {
                     "channel": notify_channel(self._queries.schema), "queues": rescued.queues,
                 })
-            batch = rescued.requeued + rescued.dead + rescued.cancelled
+            batch = rescued.requeued + rescued.dead + rescued.cancelled + rescued.released
             handled += batch
             if batch < RESCUE_BATCH:
                 return handled

@@ -20,6 +20,7 @@ OutcomeKind = Literal[
     "cancelled",  # cancelled while running
     "progress",  # ctx.set_progress(): meta only, the job keeps running
     "dead",  # attempts exhausted, Discard(), unknown task: moved to dead_jobs
+    "unclaim",  # a held job that never started: back to queued as it was claimed
 ]
 
 
@@ -68,6 +69,12 @@ class Outcome(NamedTuple):
     def final(self) -> bool:
         """True if this outcome ends the claim (everything but progress)."""
         return self.kind != "progress"
+
+    @property
+    def holds_slot(self) -> bool:
+        """True if the job held a slot until this outcome is committed: it ends an
+        attempt that started (an unclaimed job never had one)."""
+        return self.kind not in ("progress", "unclaim")
 
     def merged_with_progress(self, progress: str | None) -> Outcome:
         """This outcome carrying a progress value reported earlier in the same batch."""

@@ -1,13 +1,17 @@
-"""The producer: claims ready jobs for the free places, never more.
+"""The producer: claims ready jobs for the free slots and the prefetch allowance.
 
-A worker has ``concurrency`` slots plus its prefetch allowance (worker/prefetch.py) of
-places, and a claim takes at most as many jobs as there are free places (jobs hoarded
-under a lease would sit idle while other workers starve). While prefetched jobs still
-wait to start, it waits until half the allowance is free and claims that in one go: a
-claim's cost is mostly per statement, so a busy worker claims in batches of up to
-``MAX_CLAIM``. After a full claim it claims again at once; after a short one it sleeps
-until a NOTIFY, a freed slot, the next scheduled ``run_at``, or the poll interval —
-whichever comes first.
+A claim starts jobs in the worker's free slots and holds more, up to the prefetch
+allowance (worker/prefetch.py), ``claimed`` in SQL: not started, so a slot that frees
+has a job at hand. Which of a claim's jobs start is decided in the claim statement, by
+claim order; the held ones are started by the completer (worker/completer.py), in the
+statement that records the outcomes of the jobs whose slots they take, so SQL never
+shows more ``running`` jobs than the worker has slots (worker/ledger.py). While any job
+is held, free slots are the completer's to fill (held jobs were at the head of the queue
+when claimed: a new claim must not start jobs behind them first); the producer then only
+tops the held jobs up, once half the allowance is free, in one claim: a claim's cost is
+mostly per statement, so a busy worker claims in batches of up to ``MAX_CLAIM``. After a
+full claim it claims again at once; after a short one it sleeps until a NOTIFY, a freed
+slot, the next scheduled ``run_at``, or the poll interval — whichever comes first.
 
 Where a claim starts. Every job claimed since the last vacuum leaves a dead entry at the
 head of ``jobs_claim_idx``, and a claim that starts at the head walks over all of them:
@@ -36,7 +40,11 @@ that limits changed (``Queue.set_queue`` notifies ``,limits``; a plain wake-up f
 jobs does not count, or every idle worker's first claim would wait for the look), so
 queues without limits pay one small statement every few seconds at most. While limits
 exist, an idle producer also wakes when a rate bucket next admits a job or a pause ends
-(``next_limit_at``).
+(``next_limit_at``). The limited claim only starts jobs, in free slots, and never holds
+one (a held job would count against its limit while it waits, and idle workers could not
+take the room it holds); a worker stops holding jobs while the limited claim finds jobs
+waiting for its slots (``Ledger.hold_paused``), so that held jobs do not take every slot
+that frees.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from pgqueue.db.queries import ClaimedJob, Queries, Query
 from pgqueue.worker import timings
 from pgqueue.worker.backoff import Backoff
 from pgqueue.worker.connections import Link, answered
+from pgqueue.worker.ledger import Ledger, claim_order
 from pgqueue.worker.prefetch import PATIENCE
 from pgqueue.worker.service import Service
 
@@ -78,7 +87,7 @@ ClaimKey = tuple[int, datetime, int]
 
 
 class Producer(Service):
-    """Claims jobs for free slots and hands them to ``start``."""
+    """Claims jobs for the free slots and the prefetch allowance (see the module doc)."""
 
     name = "producer"
     failure = "Claiming jobs failed ({error}); reconnecting in {delay:.2f} s."
@@ -90,27 +99,26 @@ class Producer(Service):
         queries: Queries,
         worker_id: str,
         queues: list[str],
+        tasks: frozenset[str],
         lease: float,
         poll_interval: float,
-        free_slots: Callable[[], int],
+        ledger: Ledger,
         start: Callable[[ClaimedJob], None],
         healthy: Callable[[], bool],
         burst: bool = False,
         is_idle: Callable[[], bool] = lambda: True,
         starved: Callable[[], None] = lambda: None,
         stalled: Callable[[], None] = lambda: None,
-        queue_room: Callable[[str], int] | None = None,
-        waiting: Callable[[], int] = lambda: 0,
-        claim_batch: Callable[[], int] = lambda: 1,
     ) -> None:
         super().__init__(connect=connect, backoff=Backoff())
         self._link = connect
         self._queries = queries
         self._queues = queues
+        self._tasks = tasks
+        self._ledger = ledger
         # Several queues, or per-queue slots: one claim per queue, in the order given
-        # (``_claim_in_order``); ``queue_room(q)`` is how many more of q's jobs may be held.
-        self._in_order = len(queues) > 1 or queue_room is not None
-        self._queue_room = queue_room
+        # (``_claim_in_order``).
+        self._in_order = len(queues) > 1 or bool(ledger.queue_slots)
         self._queue_rank = {queue: n for n, queue in enumerate(queues)}
         # Per claim scope (every queue, or one queue): the last job claimed, in claim
         # order, while no wake-up happened since; the next claim resumes behind it. No
@@ -121,9 +129,6 @@ class Producer(Service):
             "worker_id": worker_id, "lease": lease, "queues": queues,
         }
         self.poll_interval = poll_interval
-        self._free_slots = free_slots
-        self._waiting = waiting
-        self._claim_batch = claim_batch
         self._start_job = start
         self._healthy = healthy
         self._burst = burst
@@ -136,6 +141,7 @@ class Producer(Service):
         # the last look found limits (then idle sleeps also end at next_limit_at); and
         # when to retry limits another claim held.
         self._limits_recheck_at = 0.0
+        self._limits_looked_at = -LIMITS_RECHECK
         self._limits_exist = False
         self._limits_busy = False
         # Set while the producer sleeps with nothing to claim, until the next wake-up,
@@ -154,17 +160,18 @@ class Producer(Service):
         """Limits may have been set (``Queue.set_queue`` notifies; so does a reconnect,
         after which anything may have changed): look for them at the next claim."""
         self._limits_recheck_at = 0.0
+        self._limits_looked_at = -LIMITS_RECHECK
         self.wake()
 
     def slot_freed(self) -> None:
-        """An execution ended."""
+        """A slot may be free, or the held jobs ran low (the ledger calls this)."""
         self._slot_freed.set()
 
     async def stop(self) -> None:
         """Let a claim in flight finish, then stop. Cancelled mid-statement, a claim may
-        commit in the database while its jobs never reach us: they would sit ``running``
-        until their lease expired. Its jobs are handed over like any others (the worker
-        releases what it does not start)."""
+        commit in the database while its jobs never reach us: they would sit claimed or
+        running until their lease expired. Its jobs are handed over like any others (the
+        worker gives back what it does not start)."""
         self.finished = True
         self._wake.set()
         self._slot_freed.set()
@@ -177,11 +184,14 @@ class Producer(Service):
         the head of the claim index."""
         return self._resume_after.get(tuple(self._queues) if queues is None else queues)
 
-    async def claim(self, limit: int, queues: tuple[str, ...] | None = None) -> list[ClaimedJob]:
-        """Claim up to ``limit`` ready jobs of ``queues`` (default: the worker's): behind
-        the cursor while that lasts, else (or for what it left short) from the head of
-        the claim index."""
+    async def claim(self, limit: int, queues: tuple[str, ...] | None = None, *,
+                    start: int | None = None) -> list[ClaimedJob]:
+        """Claim up to ``limit`` ready jobs of ``queues`` (default: the worker's), the
+        first ``start`` of them (default: all) started, the rest held: behind the cursor
+        while that lasts, else (or for what it left short) from the head of the claim
+        index. The slots of the jobs to start must be reserved (``Ledger.reserve``)."""
         scope = tuple(self._queues) if queues is None else queues
+        start = limit if start is None else start
         # Each variant is its own statement, with its own plan (see queries._claim).
         if scope:
             head = self._queries.claim_jobs_in_queues
@@ -195,12 +205,14 @@ class Producer(Service):
         cursor = self._resume_after.pop(scope, None)
         if cursor is not None:
             priority, run_at, job_id = cursor
-            jobs = await self._claim(after, scope, limit, {
+            jobs = await self._claim(after, scope, limit, start, {
                 "after_priority": priority, "after_run_at": run_at, "after_id": job_id,
             })
         if len(jobs) < limit:
+            started = sum(1 for job in jobs if job.started)
             try:
-                jobs += await self._claim(head, scope, limit - len(jobs), {})
+                jobs += await self._claim(head, scope, limit - len(jobs),
+                                          max(0, start - started), {})
             except Exception:
                 if not jobs:
                     raise
@@ -214,9 +226,10 @@ class Producer(Service):
             self._resume_after[scope] = _last_in_claim_order(jobs)
         return jobs
 
-    async def _claim_in_order(self, room: int) -> tuple[list[ClaimedJob], bool, bool]:
-        """Claim queue by queue, in the order given, for up to ``room`` jobs: each queue
-        as far as its own slots allow, the next one only with what is left.
+    async def _claim_in_order(self, start: int, hold: int) -> tuple[list[ClaimedJob], bool, bool]:
+        """Claim queue by queue, in the order given, ``start`` jobs to start and ``hold``
+        to hold: each queue as far as its own slots allow, the next one only with what is
+        left.
 
         Returns the jobs, whether a queue may have more ready (a claim came back full, or
         room ran out), and whether a queue was skipped for want of its own slots.
@@ -224,27 +237,31 @@ class Producer(Service):
         jobs: list[ClaimedJob] = []
         more = capped = False
         for queue in self._queues:
-            if room == 0:
+            if start + hold == 0:
                 more = True
                 break
-            want = room if self._queue_room is None else min(room, self._queue_room(queue))
-            if want <= 0:
+            room = self._ledger.queue_room(queue)
+            want_start = start if room is None else min(start, room)
+            want_hold = hold if room is None else 0
+            if want_start + want_hold <= 0:
                 capped = True
                 continue
-            got = await self.claim(want, (queue,))
+            got = await self.claim(want_start + want_hold, (queue,), start=want_start)
             jobs += got
-            room -= len(got)
-            more = more or len(got) == want
+            began = sum(1 for job in got if job.started)
+            start -= began
+            hold -= len(got) - began
+            more = more or len(got) == want_start + want_hold
         return jobs, more, capped
 
     async def _claim(
-        self, query: Query[ClaimedJob], queues: tuple[str, ...], limit: int,
+        self, query: Query[ClaimedJob], queues: tuple[str, ...], limit: int, start: int,
         extra: dict[str, Any],
     ) -> list[ClaimedJob]:
         conn = await self.connection()
         token = secrets.randbits(63)  # fences every outcome of this claim (lease_token)
         params = self._claim_params | extra | {"queues": list(queues), "limit": limit,
-                                               "token": token}
+                                               "start": start, "token": token}
         async with answered("a claim"), self._link.applied(conn):
             return await query.all(conn, params, prepare=self._link.prepare)
 
@@ -266,13 +283,14 @@ class Producer(Service):
         return max(0.0, min(self.poll_interval, due_in + 0.001))
 
     async def _claim_limited_in_order(self, limit: int) -> list[ClaimedJob]:
-        """The limited claim for up to ``limit`` jobs; with per-queue slots, queue by queue
-        within each queue's own room."""
-        if self._queue_room is None:
+        """The limited claim for up to ``limit`` jobs (their slots reserved); with
+        per-queue slots, queue by queue within each queue's own room."""
+        if not self._ledger.queue_slots:
             return await self._claim_limited(limit, self._queues)
         jobs: list[ClaimedJob] = []
         for queue in self._queues:
-            want = min(limit - len(jobs), self._queue_room(queue))
+            room = self._ledger.queue_room(queue)
+            want = limit - len(jobs) if room is None else min(limit - len(jobs), room)
             if want > 0:
                 jobs += await self._claim_limited(want, [queue])
         return jobs
@@ -281,8 +299,12 @@ class Producer(Service):
         """Claim up to ``limit`` jobs of limited queues and tasks, in one transaction: take
         the limits' rows (those no other claim holds), then what they admit."""
         self._limits_busy = False
-        if limit <= 0 or time.monotonic() < self._limits_recheck_at:
+        now = time.monotonic()
+        if now < self._limits_recheck_at:
             return []
+        if limit <= 0 and now - self._limits_looked_at < LIMITS_RECHECK:
+            return []  # no slot to fill, and what limits exist is known
+        self._limits_looked_at = now
         conn = await self.connection()
         token = secrets.randbits(63)
         query = (self._queries.claim_limited_jobs_in_queues if queues
@@ -291,11 +313,15 @@ class Producer(Service):
             held = await self._queries.lock_limits.one(conn, {}, prepare=self._link.prepare)
             self._limits_exist = bool(held.queues or held.tasks or held.skipped_queues
                                       or held.skipped_tasks)
+            # While a limit this worker's jobs may fall under exists, it holds no jobs
+            # ahead of its slots: each slot that frees goes through this claim first.
+            self._ledger.hold_paused = self._concerns_me(
+                held.queues + held.skipped_queues, held.tasks + held.skipped_tasks)
             if not self._limits_exist:
                 self._limits_recheck_at = time.monotonic() + LIMITS_RECHECK
                 return []
             self._limits_busy = bool(held.skipped_queues or held.skipped_tasks)
-            if not (held.queues or held.tasks):
+            if limit <= 0 or not (held.queues or held.tasks):
                 return []
             return await query.all(conn, self._claim_params | {
                 "queues": queues, "limit": limit, "token": token,
@@ -303,6 +329,12 @@ class Producer(Service):
                 "skipped_queues": held.skipped_queues, "skipped_tasks": held.skipped_tasks,
                 "max_keys": MAX_KEYS, "scan": limit + LIMITED_SCAN,
             }, prepare=self._link.prepare)
+
+    def _concerns_me(self, queues: list[str], tasks: list[str]) -> bool:
+        """Whether a limit on ``queues`` or ``tasks`` can apply to this worker's jobs."""
+        if any(task in self._tasks for task in tasks):
+            return True
+        return bool(queues) and (not self._queues or any(q in self._queues for q in queues))
 
     async def _wait_for_slot(self) -> None:
         self._slot_freed.clear()
@@ -312,8 +344,8 @@ class Producer(Service):
                 async with asyncio.timeout(PATIENCE):
                     await self._slot_freed.wait()
             except TimeoutError:
-                # Nothing ended for a while: prefetched jobs may be waiting behind slow
-                # ones (worker/prefetch.py, PATIENCE).
+                # Nothing ended for a while: held jobs may be waiting behind slow ones
+                # (worker/prefetch.py, PATIENCE).
                 self._stalled()
         # Let executions finishing in this same loop iteration free their slots too, so
         # the next claim fetches several jobs in one round trip.
@@ -341,33 +373,43 @@ class Producer(Service):
         finally:
             self.sleeping.clear()
 
+    def _start_room(self) -> int:
+        """Free slots this round's claims may start jobs in: none while jobs are held
+        (the completer starts those first)."""
+        ledger = self._ledger
+        return 0 if ledger.held or ledger.draining else ledger.free_slots()
+
     async def run_once(self) -> None:
-        """One claim for the free slots; then, unless it was full, wait for more work.
+        """One claim for the free slots and the allowance; then, unless it was full, wait
+        for more work.
 
         With ``burst``, the service finishes once nothing is ready or running.
         """
         if self.finished or not await self._can_claim():
             return
-        limit = min(self._free_slots(), MAX_CLAIM)
+        ledger = self._ledger
         self._wake.clear()
         capped = False
-        limited = await self._claim_limited_in_order(limit)
-        limit -= len(limited)
-        jobs: list[ClaimedJob]
-        if limit == 0:
-            jobs, more = [], True
-        elif self._in_order:
-            jobs, more, capped = await self._claim_in_order(limit)
-            # Queue by queue, in order; within a queue, claim order.
-            jobs.sort(key=lambda job: (self._queue_rank.get(job.queue, 0), *_claim_order(job)))
-        else:
-            jobs = await self.claim(limit)
-            more = len(jobs) == limit
-            # Claims return rows unordered; prefetched jobs start in the order handed over.
-            jobs.sort(key=_claim_order)
+        reserved = ledger.reserve(min(self._start_room(), MAX_CLAIM))
+        try:
+            limited = await self._claim_limited_in_order(reserved)
+            for job in limited:
+                self._start_job(job)
+            start = reserved - len(limited)
+            hold = min(ledger.hold_room(), MAX_CLAIM - start)
+            limit = start + hold
+            jobs: list[ClaimedJob]
+            if limit == 0:
+                jobs, more = [], bool(limited) and len(limited) == reserved
+            elif self._in_order:
+                jobs, more, capped = await self._claim_in_order(start, hold)
+            else:
+                jobs = await self.claim(limit, start=start)
+                more = len(jobs) == limit
+            self._hand_over(jobs)
+        finally:
+            ledger.unreserve(reserved)
         jobs = limited + jobs
-        for job in jobs:
-            self._start_job(job)
         if more:
             return  # a full claim: more may be ready right now
         if self._limits_busy:
@@ -387,15 +429,34 @@ class Producer(Service):
             return
         await self._idle()
 
+    def _hand_over(self, jobs: list[ClaimedJob]) -> None:
+        """Start the jobs a claim started and hold the others, in start order."""
+        if self._in_order:
+            jobs.sort(key=lambda job: (self._queue_rank.get(job.queue, 0), *claim_order(job)))
+        else:
+            # Claims return rows unordered; the worker starts them in the order handed over.
+            jobs.sort(key=claim_order)
+        for job in jobs:
+            if job.started:
+                self._start_job(job)
+        held = [job for job in jobs if not job.started]
+        if held:
+            self._ledger.hold(held)
+
     def _full(self) -> bool:
-        """True while a claim is not worth its round trip: no place is free, or fewer
-        than a claim batch are while enough prefetched jobs still wait to start (they
-        keep the slots busy until more places free)."""
-        free = self._free_slots()
-        if free == 0:
+        """True while a claim is not worth its round trip: no slot is free for it (or jobs
+        are held, which the completer starts first) and fewer than a claim batch of held
+        places are free while held jobs remain (they keep the slots busy until more
+        places free)."""
+        ledger = self._ledger
+        if ledger.draining:
             return True
-        batch = self._claim_batch()
-        return free < batch and self._waiting() >= batch
+        if self._start_room() > 0:
+            return False
+        room = ledger.hold_room()
+        if room == 0:
+            return True
+        return ledger.held > 0 and room < ledger.prefetch.claim_batch
 
     async def _can_claim(self) -> bool:
         """False (after waiting a little) while a claim is not worth it (``_full``) or
@@ -423,12 +484,7 @@ class Producer(Service):
                 await self._slot_freed.wait()
 
 
-def _claim_order(job: ClaimedJob) -> tuple[int, datetime, int]:
-    """Sorts jobs as the claim index does: priority descending, run_at, id."""
-    return (-job.priority, job.run_at, job.id)
-
-
 def _last_in_claim_order(jobs: list[ClaimedJob]) -> ClaimKey:
     """The claim-order key of the job a claim reached last (claims return rows unordered)."""
-    last = max(jobs, key=_claim_order)
+    last = max(jobs, key=claim_order)
     return (last.priority, last.run_at, last.id)

@@ -23,7 +23,6 @@ import signal
 import socket
 import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import tracing
@@ -38,11 +37,12 @@ from pgqueue.worker.connections import CLAIMS, COMPLETIONS, TaskConnections, Wor
 from pgqueue.worker.counts import OutcomeCounts
 from pgqueue.worker.executor import Execution, Executor
 from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.ledger import Ledger
 from pgqueue.worker.listener import Listener
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.prefetch import PATIENCE, Prefetch
-from pgqueue.worker.producer import MAX_CLAIM, Producer
+from pgqueue.worker.producer import Producer
 from pgqueue.worker.scheduler import Scheduler
 from pgqueue.worker.service import Service, retrying_for
 from pgqueue.worker.settings import WorkerSettings
@@ -72,10 +72,6 @@ class Worker:
         self.dsn = queue.dsn
         suffix = settings.id_suffix or secrets.token_hex(3)
         self.id = f"{socket.gethostname()}:{os.getpid()}:{suffix}"
-        # Every job this worker holds under its lease, started or not (heartbeats renew
-        # them all); the prefetched ones also wait in _waiting, in claim order.
-        self.executions: dict[int, Execution] = {}
-        self._waiting: deque[Execution] = deque()
         # How many jobs beyond the slots it may hold: --prefetch K, or measured.
         self.prefetch = Prefetch(settings.prefetch, concurrency=settings.concurrency)
         self._draining = False
@@ -93,10 +89,22 @@ class Worker:
         self.connections = WorkerConnections(self.dsn, self.id, pooled=pooled,
                                              listen_dsn=settings.listen_dsn)
         self.threads = DaemonThreadPool(settings.concurrency, on_unstuck=self._unstuck)
+        # The slots and every job this worker holds: held (claimed ahead), executing,
+        # ended with its outcome unwritten (worker/ledger.py).
+        self.ledger = Ledger(
+            concurrency=settings.concurrency, prefetch=self.prefetch,
+            queue_slots=settings.queue_slots,
+            queue_rank={queue: n for n, queue in enumerate(settings.queues)},
+            stuck=lambda: self.threads.stuck,
+        )
+        self.executions = self.ledger.executions
         self.task_connections = TaskConnections(self.dsn, settings.concurrency, pooled=pooled)
         self.completer = Completer(
-            connect=self.connections.link(COMPLETIONS), queries=queries,
-            on_recorded=self._recorded, flush_interval=settings.completion_flush_interval,
+            connect=self.connections.link(COMPLETIONS), queries=queries, ledger=self.ledger,
+            on_recorded=self._recorded, on_started=self._start,
+            start_params={"worker_id": self.id, "lease": settings.lease,
+                          "queues": settings.queues},
+            flush_interval=settings.completion_flush_interval,
         )
         self.executor = Executor(
             tasks=queue.tasks, worker_id=self.id, queries=queries, threads=self.threads,
@@ -111,21 +119,20 @@ class Worker:
                 "worker_id": self.id, "hostname": socket.gethostname(), "pid": os.getpid(),
                 "queues": settings.queues, "concurrency": settings.concurrency,
             },
-            running=lambda: list(self.executions.values()),
+            ledger=self.ledger, holdings=self.completer.holdings,
             on_lease_lost=self._lease_lost, on_cancel_requested=self._cancel_requested,
             stuck=lambda: self.threads.stuck, counts=self.counts,
         )
         self.producer = Producer(
             connect=self.connections.link(CLAIMS), queries=queries, worker_id=self.id,
-            queues=settings.queues,
-            lease=settings.lease, poll_interval=settings.poll_interval,
-            free_slots=self._free_slots,
+            queues=settings.queues, tasks=frozenset(queue.tasks),
+            lease=settings.lease, poll_interval=settings.poll_interval, ledger=self.ledger,
             start=self._start, healthy=lambda: self.heartbeat.healthy,
             burst=settings.burst, is_idle=self._is_idle, starved=self.completer.hurry,
             stalled=self._release_stale_prefetch,
-            queue_room=self._queue_room if settings.queue_slots else None,
-            waiting=lambda: len(self._waiting), claim_batch=lambda: self.prefetch.claim_batch,
         )
+        self.ledger.on_start_demand = self.completer.start_demand
+        self.ledger.on_claim_demand = self.producer.slot_freed
         self.maintenance = Maintenance(
             connect=self.connections.link(), queries=queries,
             rescue_interval=settings.rescue_interval, prune_interval=settings.prune_interval,
@@ -171,8 +178,8 @@ class Worker:
                 f"--metrics-port (metrics_port) needs prometheus-client ({exc}): "
                 "pip install 'pgqueue[metrics]'") from None
         metrics = WorkerMetrics(
-            running=lambda: len(self.executions) - len(self._waiting),
-            prefetched=lambda: len(self._waiting),
+            running=lambda: self.ledger.executing,
+            prefetched=lambda: self.ledger.held,
             heartbeat_age=lambda: time.monotonic() - self.heartbeat.last_success,
             stuck=lambda: self.threads.stuck, concurrency=self.settings.concurrency,
         )
@@ -199,7 +206,7 @@ class Worker:
             "problems": problems,
             "worker_id": self.id,
             "heartbeat_age_seconds": round(age, 3),
-            "running": len(self.executions) - len(self._waiting),
+            "running": self.ledger.executing,
             "draining": self._stop.is_set(),
         }
 
@@ -218,37 +225,12 @@ class Worker:
 
     # -- executions ---------------------------------------------------------------------
 
-    def _free_slots(self) -> int:
-        """How many more jobs this worker may claim.
-
-        A job holds its place from its claim until its outcome is committed: until then
-        SQL shows it ``running``, so a worker's ``running`` rows never exceed
-        ``concurrency + prefetch`` (issue 18.2). Outcomes waiting in the completer's batch
-        count; an execution that ended with nothing to record (a lost lease) does not. A
-        thread stuck in a sync call whose attempt already ended keeps its slot.
-        """
-        held = len(self.executions) + self.completer.unrecorded + self.threads.stuck
-        return max(0, self.settings.concurrency + self.prefetch.allowance - held)
-
-    def _queue_room(self, queue: str) -> int:
-        """How many more of ``queue``'s jobs this worker may hold (``name:N`` slots).
-
-        Held as in :meth:`_free_slots`: from the claim until the outcome is committed, so
-        SQL never shows more than N of the queue's jobs running for this worker. Counted
-        when asked (at most once per queue per claim round) rather than kept in step with
-        every path a job can leave by. A thread stuck past its timeout counts against the
-        total only.
-        """
-        slots = self.settings.queue_slots.get(queue)
-        if slots is None:
-            return MAX_CLAIM
-        held = sum(1 for e in self.executions.values() if e.job.queue == queue)
-        return slots - held - self.completer.unrecorded_in(queue)
-
     def _start(self, job: ClaimedJob) -> None:
+        """Run a job a claim or the completer just started (``running`` in SQL, its slot
+        reserved in the ledger)."""
         stale = self.executions.get(job.id)
         if stale is not None and stale.job.token != job.token:
-            # We claimed a job we still hold: our lease on the older claim was lost (the
+            # We started a job we still hold: our lease on the older claim was lost (the
             # rescuer requeued it, or the claim was lost in a PostgreSQL crash) before a
             # heartbeat told us. Stop that run now, or it would go on unseen: outside the
             # concurrency count and never released.
@@ -256,28 +238,13 @@ class Worker:
         if self.metrics is not None:
             self.metrics.claimed(job)
         execution = self.executor.prepare(job)
-        self.executions[job.id] = execution
-        self._waiting.append(execution)
-        self._start_waiting()
-
-    def _start_waiting(self) -> None:
-        """Start prefetched jobs, in claim order, while slots are free."""
-        while self._waiting and not self._draining and not self._stop.is_set() and \
-                self._executing() < self.settings.concurrency:
-            execution = self._waiting.popleft()
-            if execution.cancel_reason is not None:
-                # Cancelled, or its lease lost, while it waited: it never runs.
-                self._forget(execution)
-                if execution.cancel_reason == "cancelled":
-                    self.completer.submit(Outcome.of(execution.job, "cancelled",
-                                                     error="cancelled before it started"))
-                continue
-            execution.started = time.monotonic()
-            attempt = self._traced(execution) if tracing.ENABLED and tracing.active() \
-                else self.executor.run(execution)
-            task = asyncio.create_task(attempt, name=f"pgqueue-job-{execution.job.id}")
-            execution.asyncio_task = task
-            task.add_done_callback(functools.partial(self._finished, execution))
+        execution.started = time.monotonic()
+        self.ledger.began(execution)
+        attempt = self._traced(execution) if tracing.ENABLED and tracing.active() \
+            else self.executor.run(execution)
+        task = asyncio.create_task(attempt, name=f"pgqueue-job-{execution.job.id}")
+        execution.asyncio_task = task
+        task.add_done_callback(functools.partial(self._finished, execution))
 
     async def _traced(self, execution: Execution) -> Outcome | None:
         """The attempt in its OpenTelemetry span (``pgqueue/tracing.py``)."""
@@ -286,37 +253,28 @@ class Worker:
             tracing.record_outcome(span, outcome)
             return outcome
 
-    def _executing(self) -> int:
-        """Slots in use: started jobs, and threads still stuck in a call nobody awaits."""
-        return len(self.executions) - len(self._waiting) + self.threads.stuck
-
     def _unstuck(self) -> None:
         """A stuck thread returned: its slot is free again."""
         logger.info("A stuck task thread returned; %d still stuck.", self.threads.stuck)
-        self.producer.slot_freed()
-        self._start_waiting()
-
-    def _forget(self, execution: Execution) -> None:
-        if self.executions.get(execution.job.id) is execution:
-            del self.executions[execution.job.id]
-        self.producer.slot_freed()
+        self.ledger.slot_freed()
 
     def _finished(self, execution: Execution, done: asyncio.Task[Outcome | None]) -> None:
         self.prefetch.ended(time.monotonic() - execution.started)
-        self._forget(execution)
-        self._start_waiting()
-        if done.cancelled():
+        outcome: Outcome | None = None
+        if not done.cancelled():
+            error = done.exception()
+            if error is not None:
+                logger.error("Job %s: the executor failed unexpectedly.", execution.job.id,
+                             exc_info=error)
+            else:
+                outcome = done.result()
+        # Its slot stays taken until the outcome is committed (none: free now).
+        self.ledger.finished(execution, outcome)
+        if outcome is None:
             return
-        error = done.exception()
-        if error is not None:
-            logger.error("Job %s: the executor failed unexpectedly.", execution.job.id,
-                         exc_info=error)
-            return
-        outcome = done.result()
         if self.metrics is not None:
             self.metrics.ended(execution, outcome)
-        if outcome is not None:
-            self.completer.submit(outcome)
+        self.completer.submit(outcome)
 
     def _report_progress(self, job: ClaimedJob, value: str) -> None:
         outcome = Outcome.of(job, "progress", progress=value)
@@ -338,10 +296,9 @@ class Worker:
         is due (no NOTIFY is sent for a future run_at)."""
         if self.metrics is not None:
             self.metrics.recorded(outcome, recorded)
-        if outcome.final:
-            self.producer.slot_freed()
-            if recorded:
-                self.counts.add(outcome.queue, outcome.task, outcome.kind)
+        self.ledger.recorded(outcome)
+        if outcome.holds_slot and recorded:
+            self.counts.add(outcome.queue, outcome.task, outcome.kind)
         if recorded and outcome.kind in ("retry", "snooze") and \
                 0 < outcome.delay < self.settings.poll_interval and self._loop is not None:
             self._loop.call_later(outcome.delay, self.producer.wake)
@@ -359,7 +316,7 @@ class Worker:
             execution.stop("cancelled")
 
     def _is_idle(self) -> bool:
-        return not self.executions and self.completer.idle
+        return not self.executions and not self.ledger.held and self.completer.idle
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -451,7 +408,7 @@ class Worker:
 
     async def _shutdown(self) -> None:
         await self.producer.stop()  # claim nothing more
-        self._release_waiting()
+        self._release_held()
         await self._drain()
         try:
             await asyncio.wait_for(self.completer.wait_idle(), timings.FINAL_FLUSH)
@@ -466,34 +423,28 @@ class Worker:
         logger.info("Worker %s stopped.", self.id)
 
     def _release_stale_prefetch(self) -> None:
-        """Prefetched jobs that waited ``PATIENCE`` for a slot go back to the queue, their
-        attempt given back, for a worker with a free slot to take; the allowance shrinks
-        to what the slow jobs holding the slots call for."""
+        """Held jobs that waited ``PATIENCE`` for a slot go back to the queue (they never
+        started), for a worker with a free slot to take; the allowance shrinks to what the
+        slow jobs holding the slots call for."""
         if not self.prefetch.auto:
             return  # --prefetch K: the user chose to hold K, whatever they wait for
-        now = time.monotonic()
-        stale = [e for e in self._waiting if now - e.started >= PATIENCE]
+        stale = self.ledger.stale_held(PATIENCE)
         if not stale:
             return
-        running = [now - e.started for e in self.executions.values()
-                   if e.asyncio_task is not None]
+        now = time.monotonic()
+        running = [now - e.started for e in self.executions.values()]
         self.prefetch.stalled(min(running, default=PATIENCE))
-        logger.info("%d prefetched job(s) waited %.0f s for a slot: back to the queue for "
-                    "another worker.", len(stale), PATIENCE)
-        for execution in stale:
-            self._waiting.remove(execution)
-            self._forget(execution)
-            if execution.cancel_reason != "lease_lost":
-                self.completer.submit(Outcome.of(execution.job, "release"))
+        logger.info("%d held job(s) waited %.0f s for a slot: back to the queue for another "
+                    "worker.", len(stale), PATIENCE)
+        for job in self.ledger.drop_held({job.id for job in stale}):
+            self.completer.submit(Outcome.of(job, "unclaim"))
 
-    def _release_waiting(self) -> None:
-        """Prefetched jobs go back to the queue at once, their attempt given back."""
-        self._draining = True
-        while self._waiting:
-            execution = self._waiting.popleft()
-            self._forget(execution)
-            if execution.cancel_reason != "lease_lost":
-                self.completer.submit(Outcome.of(execution.job, "release"))
+    def _release_held(self) -> None:
+        """Held jobs go back to the queue at once, as they were claimed; nothing more
+        starts."""
+        self.ledger.draining = True
+        for job in self.ledger.take_all_held():
+            self.completer.submit(Outcome.of(job, "unclaim"))
 
     async def _drain(self) -> None:
         """Let running jobs finish within shutdown_timeout, then release the rest."""
@@ -509,8 +460,9 @@ class Worker:
                 for execution in list(self.executions.values()):
                     # Async code that swallowed its cancellation: release it anyway.
                     if execution.asyncio_task in stuck:
-                        job = execution.job
-                        self.completer.submit(Outcome.of(job, "release"))
+                        outcome = Outcome.of(execution.job, "release")
+                        self.ledger.finished(execution, outcome)
+                        self.completer.submit(outcome)
 
     async def _deregister(self) -> None:
         try:

@@ -11,7 +11,9 @@ import pytest
 from pgqueue.db.queries import for_schema
 from pgqueue.worker.completer import Completer
 from pgqueue.worker.connections import WorkerConnections
+from pgqueue.worker.ledger import Ledger
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.prefetch import Prefetch
 
 
 @pytest.fixture
@@ -19,7 +21,10 @@ def completer() -> Completer:
     # The unit tests write nothing: the link is never called (there is no server).
     return Completer(connect=WorkerConnections("host=/nonexistent", "unit").link(),
                      queries=for_schema("pgqueue"),
-                     on_recorded=lambda outcome, recorded: None)
+                     ledger=Ledger(concurrency=2, prefetch=Prefetch(None, concurrency=2)),
+                     on_recorded=lambda outcome, recorded: None,
+                     on_started=lambda job: None,
+                     start_params={"worker_id": "unit", "lease": 30.0, "queues": []})
 
 
 def progress(value: str, job_id: int = 1, token: int = 1) -> Outcome:
@@ -91,5 +96,20 @@ def test_batches_take_everything_pending_in_order(completer: Completer) -> None:
 
 def test_outcome_finality() -> None:
     assert not progress("1").final
+    assert not progress("1").holds_slot
     for kind in ("succeeded", "result", "retry", "snooze", "release", "cancelled", "dead"):
         assert Outcome(1, 1, 1, kind).final
+        assert Outcome(1, 1, 1, kind).holds_slot
+    # A held job given back never started: it ends the claim, and held no slot.
+    assert Outcome(1, 0, 1, "unclaim").final
+    assert not Outcome(1, 0, 1, "unclaim").holds_slot
+
+
+def test_holdings_are_the_claims_of_the_outcomes_not_yet_written(
+    completer: Completer,
+) -> None:
+    completer.submit(Outcome(1, 1, 7, "succeeded"))
+    completer.submit(Outcome(2, 0, 7, "unclaim"))
+    completer._batch = completer._take_batch()[:1]
+    completer.submit(Outcome(3, 1, 9, "retry"))
+    assert sorted(completer.holdings()) == [(1, 7), (3, 9)]

@@ -33,8 +33,13 @@ def test_heartbeats_every_third_of_the_lease() -> None:
     async def never() -> psycopg.AsyncConnection[Any]:
         raise AssertionError("no heartbeat runs here")
 
+    from pgqueue.worker.ledger import Ledger
+    from pgqueue.worker.prefetch import Prefetch
+
     heartbeat = Heartbeat(connect=never, queries=for_schema("pgqueue"),
-                          registration={}, lease=30.0, running=list,
+                          registration={}, lease=30.0,
+                          ledger=Ledger(concurrency=1, prefetch=Prefetch(0, concurrency=1)),
+                          holdings=list,
                           on_lease_lost=lambda e: None, on_cancel_requested=lambda e: None)
     assert heartbeat.interval == 10.0
 
