@@ -61,7 +61,7 @@ def measure(bench: c.Bench, ready: int, size: int) -> dict[str, Any]:
         while done < ready:
             token = secrets.randbits(63)
             params = {"worker_id": "bench", "lease": 60.0, "queues": [c.QUEUE_NAME],
-                      "limit": size, "token": token}
+                      "limit": size, "start": size, "token": token}
             query = queries.claim_jobs_in_queues if after is None \
                 else queries.claim_jobs_in_queues_after
             before = cpu_seconds(claimer)

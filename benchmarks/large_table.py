@@ -97,7 +97,7 @@ def fill(conn: psycopg.Connection[Any], statement: str, total: int, what: str) -
 def measure_claims(dsn: str, claims: int, limit: int) -> dict[str, Any]:
     """Time ``claims`` claim statements (first one separately: it prepares and plans)."""
     query = QUERIES.claim_jobs_in_queues.sql
-    params = CLAIM_PARAMS | {"limit": limit}
+    params = CLAIM_PARAMS | {"limit": limit, "start": limit}
     times: list[float] = []
     claimed = 0
     with c.connect(dsn, options="-c synchronous_commit=off") as conn:
@@ -126,7 +126,7 @@ def explain(dsn: str, limit: int) -> tuple[str, dict[str, Any]]:
     with psycopg.connect(dsn) as conn:
         try:
             rows = conn.execute(b"EXPLAIN (ANALYZE, BUFFERS) " + query,
-                                CLAIM_PARAMS | {"limit": limit}).fetchall()
+                                CLAIM_PARAMS | {"limit": limit, "start": limit}).fetchall()
         finally:
             conn.rollback()
     text = "\n".join(row[0] for row in rows)

@@ -151,7 +151,8 @@ def drain(bench: LimitsBench, variant: str, *, jobs: int, keys: int) -> dict[str
 
 
 def _claim_params() -> dict[str, Any]:
-    return {"worker_id": "bench-claimer", "lease": 30.0, "token": 1, "limit": CLAIM_LIMIT}
+    return {"worker_id": "bench-claimer", "lease": 30.0, "token": 1, "limit": CLAIM_LIMIT,
+            "start": CLAIM_LIMIT}
 
 
 def _one_claim(conn: psycopg.Connection[Any], variant: str) -> int:

@@ -20,6 +20,8 @@ import psycopg
 
 from pgqueue.db.queries import ClaimedJob, for_schema
 from pgqueue.worker.connections import WorkerConnections
+from pgqueue.worker.ledger import Ledger
+from pgqueue.worker.prefetch import Prefetch
 from pgqueue.worker.producer import Producer
 
 QUERIES = for_schema("pgqueue")
@@ -28,9 +30,10 @@ QUERIES = for_schema("pgqueue")
 def _producer(dsn: str, queues: list[str] | None = None) -> Producer:
     return Producer(
         connect=WorkerConnections(dsn, "cursor-test").link(), queries=QUERIES,
-        worker_id="cursor-test", queues=queues or [],
-        lease=30.0, poll_interval=5.0, free_slots=lambda: 8, start=lambda job: None,
-        healthy=lambda: True,
+        worker_id="cursor-test", queues=queues or [], tasks=frozenset(),
+        lease=30.0, poll_interval=5.0,
+        ledger=Ledger(concurrency=8, prefetch=Prefetch(0, concurrency=8)),
+        start=lambda job: None, healthy=lambda: True,
     )
 
 

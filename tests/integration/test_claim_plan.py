@@ -62,8 +62,8 @@ SELECT (ARRAY['default', 'email', 'reports', 'high'])[1 + g %% 4],
   FROM generate_series(1, %(rows)s) AS g, LATERAL (SELECT g %% 1000 AS r) AS position
 """
 
-CLAIM_PARAMS: dict[str, Any] = {"limit": 10, "worker_id": "worker-plan-test", "lease": 30.0,
-                                "token": 1}
+CLAIM_PARAMS: dict[str, Any] = {"limit": 10, "start": 10, "worker_id": "worker-plan-test",
+                                "lease": 30.0, "token": 1}
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,10 @@ from pgqueue.db.queries import ClaimedJob, HeldJob, RecordedOutcome, for_schema
 from pgqueue.worker.completer import Completer, outcome_params
 from pgqueue.worker.connections import Link, WorkerConnections
 from pgqueue.worker.heartbeat import Heartbeat
+from pgqueue.worker.ledger import Ledger
 from pgqueue.worker.maintenance import Maintenance
 from pgqueue.worker.outcome import Outcome
+from pgqueue.worker.prefetch import Prefetch
 from tests._polling import async_wait_until
 from tests.integration._worker_helpers import aexecute, arow, background_worker, run_burst
 
@@ -69,7 +71,7 @@ async def claim(
     aconn: psycopg.AsyncConnection[Any], worker_id: str, token: int, limit: int = 10
 ) -> list[ClaimedJob]:
     return await QUERIES.claim_jobs_any_queue.all(aconn, {
-        "limit": limit, "worker_id": worker_id, "lease": 30.0, "token": token})
+        "limit": limit, "start": limit, "worker_id": worker_id, "lease": 30.0, "token": token})
 
 
 async def complete(
@@ -169,7 +171,10 @@ async def test_completer_reports_refused_outcomes_and_records_the_rest(
     recorded: list[tuple[int, str, bool]] = []
     completer = Completer(
         connect=connector(dsn), queries=QUERIES,
+        ledger=Ledger(concurrency=2, prefetch=Prefetch(0, concurrency=2)),
         on_recorded=lambda o, ok: recorded.append((o.job_id, o.kind, ok)),
+        on_started=lambda job: None,
+        start_params={"worker_id": "w1", "lease": 30.0, "queues": []},
     )
     runner = asyncio.create_task(completer.run())
     try:
@@ -227,11 +232,13 @@ async def test_heartbeat_extends_leases_and_reports_lost_and_cancelled_jobs(
                   FakeExecution(reclaimed, 11)]
     lost: list[int] = []
     cancel: list[int] = []
+    ledger = Ledger(concurrency=8, prefetch=Prefetch(0, concurrency=8))
+    ledger.executions.update((e.job_id, e) for e in executions)  # type: ignore[misc]
     heartbeat = Heartbeat(
         connect=connector(dsn), queries=QUERIES, lease=30.0,
         registration={"worker_id": "w1", "hostname": "h", "pid": 42, "queues": [],
                       "concurrency": 4},
-        running=lambda: executions,  # type: ignore[arg-type,return-value]
+        ledger=ledger, holdings=list,
         on_lease_lost=lambda e: lost.append(e.job.id),
         on_cancel_requested=lambda e: cancel.append(e.job.id),
     )
@@ -265,7 +272,7 @@ async def test_heartbeat_query_returns_the_jobs_still_held(
     await insert_job(aconn, status="queued")
     held = await QUERIES.heartbeat.all(aconn, {
         "worker_id": "w1", "hostname": "h", "pid": 1, "queues": ["a", "b"], "concurrency": 2,
-        "lease": 30.0, "stuck": 1,
+        "lease": 30.0, "stuck": 1, "held": f"[[{mine}, 5]]",
     })
     assert held == [HeldJob(id=mine, lease_token=5, cancel_requested=False)]
     cursor = await aconn.execute("SELECT queues, stuck FROM pgqueue.workers WHERE id = 'w1'")
