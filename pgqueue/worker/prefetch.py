@@ -1,10 +1,10 @@
 """How many jobs a worker holds beyond its slots: its prefetch allowance.
 
-A job holds its place from its claim until its outcome is committed (see
-``Worker._free_slots``), so a worker with ``concurrency`` slots and an allowance of K
-never shows more than ``concurrency + K`` running rows in SQL. The allowance is what
-keeps slots busy while the next claim and the last outcomes are on their way: a slot
-that frees has a job waiting for it instead of a round trip to make.
+Held jobs are ``claimed`` in SQL, not started (worker/ledger.py): a worker with
+``concurrency`` slots and an allowance of K has at most ``concurrency`` running rows and
+K claimed ones. The allowance is what keeps slots busy while the next claim is on its
+way: a slot that frees has a job at hand, started in the statement that records the
+outcome of the job before it, instead of a claim to wait for.
 
 ``--prefetch K`` fixes it. Without it the allowance follows the work (``auto``): enough
 jobs to keep every slot busy for ``HORIZON`` seconds at the jobs' recent duration

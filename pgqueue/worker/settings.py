@@ -31,9 +31,9 @@ class WorkerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     concurrency: int = Field(default=8, ge=1, le=10_000)
-    # Jobs claimed beyond the slots: prefetched jobs waiting to start, and ended jobs
-    # whose outcome is not committed yet. None: measured as the worker runs, from one
-    # job to 512 (worker/prefetch.py, with the measurements behind it).
+    # Jobs claimed beyond the slots, held (claimed, not started) until a slot frees.
+    # None: measured as the worker runs, from one job to 512 (worker/prefetch.py, with
+    # the measurements behind it).
     prefetch: int | None = Field(default=None, ge=0, le=10_000)
     # Claimed in this order: the first until it has nothing ready, then the next
     # (producer.py). Empty: every queue, by priority.
