@@ -34,7 +34,7 @@ from pgqueue.worker.connections import CLAIMS
 
 QUERIES = for_schema(c.SCHEMA)
 CLAIM_PARAMS: dict[str, Any] = {"worker_id": "bench-claimer", "lease": 30.0, "token": 1,
-                                "limit": 8}
+                                "limit": 8, "start": 8}
 # The claim's checks of queue settings and limits (paused or limited queues, limited or
 # paused tasks, paused keys): from the first of them to ORDER BY. "no_check" drops them.
 CHECKS_START = b"\nAND queue <> ALL (ARRAY(SELECT name FROM"

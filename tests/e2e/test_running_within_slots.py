@@ -68,8 +68,11 @@ def test_running_rows_never_exceed_the_slots(
 ) -> None:
     extra = [] if prefetch is None else ["--prefetch", str(prefetch)]
     allowance = CEILING if prefetch is None else prefetch
+    # Without prefetch every two jobs cost two round trips (their outcome, then the next
+    # claim): a fifth of the jobs drain in about the same time.
+    jobs = JOBS if prefetch != 0 else JOBS // 5
     sampler = _drain(chaos_dsn, processes, concurrency, extra, task,
-                     [(n,) for n in range(JOBS)])
+                     [(n,) for n in range(jobs)])
     assert sampler.highest <= concurrency, (
         f"SQL showed {sampler.highest} running rows for {concurrency} slots")
     assert sampler.most_held <= allowance, (
