@@ -162,12 +162,14 @@ class Processes:
         extra: Sequence[str] = (),
         wait_registered: bool = True,
         app: str = "chaos_tasks:q",
+        wrapper: Sequence[str] = (),
     ) -> WorkerProcess:
         """Start ``pgq worker -A chaos_tasks:q`` (or ``app``, a module of tests/e2e/apps)
         against ``dsn``.
 
         ``record_dsn`` is where the tasks write their ``chaos_runs`` rows (default:
-        ``dsn``). With ``netns`` the worker runs inside that network namespace.
+        ``dsn``). With ``netns`` the worker runs inside that network namespace;
+        ``wrapper`` is a command line that runs it (``faketime -f +5m``).
         """
         name = name or f"worker{len(self.workers) + 1}"
         command = [
@@ -176,6 +178,7 @@ class Processes:
             "--shutdown-timeout", f"{shutdown_timeout:g}", "--poll-interval",
             f"{poll_interval:g}", *extra,
         ]
+        command = [*wrapper, *command]
         if netns is not None:
             command = ["ip", "netns", "exec", netns, *command]
         env = clean_environment(APPS)
