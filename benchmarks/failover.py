@@ -15,15 +15,22 @@ The runs (``--runs``, default all four):
   standby first), then promote;
 * ``async-lag-kill`` — asynchronous, the primary's WAL sender stopped for ``--lag``
   seconds (real replication lag), then SIGKILL;
-* ``async-lag-kill-slow`` — the same with ``--slow`` (0.3 s) tasks.
+* ``async-lag-kill-slow`` — the same with ``--slow`` (0.3 s) tasks;
+* ``patroni-switchover``, ``patroni-kill`` (not in the default ``--runs``) — a
+  three-node Patroni cluster with ``synchronous_mode: true`` (``tests/e2e/_patroni.py``;
+  Debian's ``patroni``, ``etcd-server``, ``postgresql``): ``patronictl switchover`` to
+  the synchronous standby, or the leader's agent and PostgreSQL killed with SIGKILL (the
+  leader lock expires after its 20 s TTL).
 
 Per run: committed enqueues (COMMIT returned), uncertain ones (COMMIT raised), lost
 (committed, absent from the new primary), duplicate effects, jobs claimed before the
-promotion still ``running`` lease + 5 s after it, promotion → first claim, jobs left
+promotion still ``running`` lease + 5 s after it, primary lost → new primary taking
+writes, promotion → first claim, jobs left
 unfinished, dead jobs, and returned ids that name another job afterwards (PostgreSQL's
 sequence after a lossy failover). ``--dsn`` is not used: every run has servers of its own.
 
     python benchmarks/failover.py                  # ~4 min
+    python benchmarks/failover.py --runs patroni-switchover,patroni-kill
     python benchmarks/failover.py --runs sync-kill --before 5 --after 5
 """
 
@@ -32,24 +39,30 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import _common as c
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/e2e/_failover.py
 
-from tests.e2e._failover import run_failover
+from tests.e2e._failover import run_failover, run_scenario
+from tests.e2e._patroni import PatroniCluster
 
+# run -> (a failure of tests/e2e/_failover.py's FAILURES or a Patroni one, slow tasks)
 RUNS = {
     "sync-kill": ("sync-kill", False),
     "async-switchover": ("async-switchover", False),
     "async-lag-kill": ("async-lag-kill", False),
     "async-lag-kill-slow": ("async-lag-kill", True),
+    "patroni-switchover": ("switchover", False),
+    "patroni-kill": ("kill", False),
 }
+DEFAULT_RUNS = "sync-kill,async-switchover,async-lag-kill,async-lag-kill-slow"
 
 
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0])
-    p.add_argument("--runs", default=",".join(RUNS),
+    p.add_argument("--runs", default=DEFAULT_RUNS,
                    help=f"comma-separated, of: {', '.join(RUNS)}")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=8)
@@ -74,12 +87,16 @@ def main() -> None:
     for name in names:
         failure, slow = RUNS[name]
         c.log(f"{name}: starting")
+        options: dict[str, Any] = {
+            "workers": args.workers, "concurrency": args.concurrency, "lease": args.lease,
+            "interval": args.interval, "task_seconds": args.slow if slow else args.task,
+            "before": args.before, "after": args.after, "lag": args.lag}
         with tempfile.TemporaryDirectory(prefix="pgqueue-failover-") as directory:
-            result = run_failover(
-                failure, Path(directory), workers=args.workers,
-                concurrency=args.concurrency, lease=args.lease, interval=args.interval,
-                task_seconds=args.slow if slow else args.task, before=args.before,
-                after=args.after, lag=args.lag)
+            if name.startswith("patroni-"):
+                result = run_scenario(PatroniCluster(), name, failure, Path(directory),
+                                      **options)
+            else:
+                result = run_failover(failure, Path(directory), **options)
         row = result.row() | {"run": name,
                               "task_seconds": args.slow if slow else args.task}
         c.log(f"{name}: {row}")
@@ -97,11 +114,12 @@ def main() -> None:
             f"failover: {args.workers} workers x {args.concurrency}, one enqueue every "
             f"{args.interval * 1000:g} ms, lease {args.lease:g} s",
             ["run", "task s", "committed", "uncertain", "lost", "duplicate effects",
-             "stuck running", "promote -> first claim s", "unfinished", "dead",
-             "ids reused"],
+             "stuck running", "lost -> promoted s", "promote -> first claim s",
+             "unfinished", "dead", "ids reused"],
             [[r["run"], r["task_seconds"], r["committed"], r["uncertain"], r["lost"],
-              r["duplicate_effects"], r["stuck_running"], r["first_claim_seconds"],
-              r["unfinished"], r["dead"], r["reused_ids"]] for r in rows],
+              r["duplicate_effects"], r["stuck_running"], r["outage_seconds"],
+              r["first_claim_seconds"], r["unfinished"], r["dead"], r["reused_ids"]]
+             for r in rows],
         )
     c.emit(output)
 

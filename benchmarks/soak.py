@@ -218,7 +218,9 @@ def main() -> None:
             "minute": b + 1,
             "held": lo < hold_end and hi > hold_start and hold > 0,
             "enqueued": sum(1 for t in committed if lo <= t - t0 < hi),
-            "started": sum(1 for t in starts.values() if lo <= t - t0 < hi),
+            # Jobs that started during this bucket, whenever enqueued (bucket_stats'
+            # "started" counts the bucket's enqueued jobs that started at all).
+            "jobs_started": sum(1 for t in starts.values() if lo <= t - t0 < hi),
             "claim_scan_pages_max": max(pages, default=None),
             **bucket_stats(latencies[b]),
             "backlog_max": max((s["backlog"] for s in inside), default=None),
@@ -299,7 +301,7 @@ def main() -> None:
             [[r["minute"], "yes" if r["held"] else "", r["enqueued"], r["p50_ms"], r["p99_ms"],
               r["max_ms"], r["backlog_max"], r["backlog_end"], r["jobs_mb"],
               r["claim_index_mb"], r["n_dead_tup_max"], r["n_live_tup_end"], r["autovacuums"],
-              r["worker_cpu_pct"], r["started"], r["claim_scan_pages_max"]] for r in rows],
+              r["worker_cpu_pct"], r["jobs_started"], r["claim_scan_pages_max"]] for r in rows],
         )
         if info.get("pg_autovacuum") != "on":
             c.log("WARNING: autovacuum is off on this server: dead tuples are never removed "

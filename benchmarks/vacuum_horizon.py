@@ -7,7 +7,10 @@ the xmin horizon for ten minutes — throughput while it is held, time to recove
    which says nothing about a held horizon).
 2. Measures the drain rate: ``--drain-jobs`` no-op jobs into one idle
    ``pgq worker --concurrency C`` (as ``throughput.py``).
-3. Runs ``soak.py`` at ``--fraction`` (0.7) of that rate for
+3. Measures the rate it sustains while a producer enqueues on the same machine
+   (``--calibrate`` minutes of ``soak.py`` at the drain rate, nothing held: a drain of a
+   backlog overstates it when the machine is shared) and takes the lower of the two.
+4. Runs ``soak.py`` at ``--fraction`` (0.7) of that rate (or ``--rate``) for
    ``--before + --hold-minutes + --after`` minutes, the horizon held in the middle by an
    idle-in-transaction session (``--hold-kind idle-in-transaction``, default) or a
    REPEATABLE READ report (``repeatable-read``).
@@ -38,6 +41,7 @@ from statistics import mean
 from typing import Any
 
 import _common as c
+from psycopg.conninfo import make_conninfo
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,7 +54,7 @@ def own_server() -> Iterator[str]:
     directory = Path(tempfile.mkdtemp(prefix="pgqueue-horizon-"))
     server = start_server(directory / "data", delete_on_exit=True)
     try:
-        dsn = c.make_conninfo(server.get_uri(), dbname="pgqueue_horizon")
+        dsn = make_conninfo(server.get_uri(), dbname="pgqueue_horizon")
         yield dsn
     finally:
         server.cleanup()
@@ -76,6 +80,24 @@ def phase(rows: list[dict[str, Any]], held: bool | None, key: str) -> float | No
     return round(mean(values), 1) if values else None
 
 
+def soak(dsn: str, args: Any, *, minutes: float, hold: float, rate: float,
+         bucket: float, drain_timeout: float) -> dict[str, Any]:
+    """One run of soak.py; its JSON result."""
+    command = [sys.executable, str(HERE / "soak.py"), "--dsn", dsn,
+               "--minutes", f"{minutes:g}", "--hold-minutes", f"{hold:g}",
+               "--rate", f"{rate:g}", "--concurrency", str(args.concurrency),
+               "--hold-kind", args.hold_kind, "--result-ttl", str(args.result_ttl),
+               "--sample", f"{args.sample:g}", "--bucket", f"{bucket:g}",
+               "--drain-timeout", f"{drain_timeout:g}"]
+    if args.quiet:
+        command.append("--quiet")
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"soak.py failed with exit status {done.returncode}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0])
     p.set_defaults(dsn=None)
@@ -92,6 +114,13 @@ def main() -> None:
     p.add_argument("--drain-jobs", type=c.human_int, default=20_000)
     p.add_argument("--result-ttl", type=int, default=60)
     p.add_argument("--sample", type=float, default=5.0, help="seconds between samples")
+    p.add_argument("--calibrate", type=float, default=1.0,
+                   help="minutes of soak at the drain rate to measure the sustained rate "
+                        "(0: use the drain rate alone)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="offer this many jobs/s instead of --fraction of the measured rate")
+    p.add_argument("--drain-timeout", type=float, default=600.0,
+                   help="after the load stops, wait this long for the backlog to clear")
     args = p.parse_args()
     after = args.before if args.after is None else args.after
     with contextlib.ExitStack() as stack:
@@ -101,44 +130,46 @@ def main() -> None:
             drain = c.drain(bench, jobs=args.drain_jobs, concurrency=args.concurrency)
         if not drain["complete"] or not drain["drain_per_s"]:
             raise SystemExit(f"the drain did not complete: {drain}")
-        rate = round(args.fraction * drain["drain_per_s"], 1)
+        # A drain of a backlog overstates what the worker keeps up with while a producer
+        # enqueues on the same machine: measure that too (a minute of soak at the drain
+        # rate, nothing held), and offer the fraction of the lower of the two.
+        sustained = None
+        if args.calibrate > 0:
+            calibration = soak(dsn, args, minutes=args.calibrate, hold=0.0,
+                               rate=drain["drain_per_s"], bucket=10.0, drain_timeout=1.0)
+            steady = [r["jobs_started"] for r in calibration["per_minute"][1:-1]]
+            sustained = round(mean(steady) / 10.0, 1) if steady else None
+        base = min(filter(None, [drain["drain_per_s"], sustained]))
+        rate = args.rate or round(args.fraction * base, 1)
         minutes = args.before + args.hold_minutes + after
         # soak.py holds the horizon in the middle of its run: equal time before and after.
         side = (minutes - args.hold_minutes) / 2
         c.log(f"drain {drain['drain_per_s']:,.0f} jobs/s; offering {rate:,.0f} jobs/s for "
               f"{minutes:g} min, horizon held ({args.hold_kind}) from {side:g} to "
               f"{side + args.hold_minutes:g} min")
-        command = [sys.executable, str(HERE / "soak.py"), "--dsn", dsn,
-                   "--minutes", f"{minutes:g}", "--hold-minutes", f"{args.hold_minutes:g}",
-                   "--rate", f"{rate:g}", "--concurrency", str(args.concurrency),
-                   "--hold-kind", args.hold_kind, "--result-ttl", str(args.result_ttl),
-                   "--sample", f"{args.sample:g}"]
-        if args.quiet:
-            command.append("--quiet")
-        done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"soak.py failed with exit status {done.returncode}")
-        soak = json.loads(done.stdout.strip().splitlines()[-1])
-    rows = soak["per_minute"]
-    samples = soak["samples"]
+        soaked = soak(dsn, args, minutes=minutes, hold=args.hold_minutes, rate=rate,
+                      bucket=60.0, drain_timeout=args.drain_timeout)
+    rows = soaked["per_minute"]
+    samples = soaked["samples"]
     held_samples = [s for s in samples
-                    if soak["hold_from_s"] <= s["t"] < soak["hold_from_s"] + soak["hold_s"]]
-    before = [s for s in samples if 60 <= s["t"] < soak["hold_from_s"]]
-    after_samples = [s for s in samples if s["t"] >= soak["hold_from_s"] + soak["hold_s"] + 60]
+                    if soaked["hold_from_s"] <= s["t"] < soaked["hold_from_s"] + soaked["hold_s"]]
+    before = [s for s in samples if 60 <= s["t"] < soaked["hold_from_s"]]
+    after_samples = [s for s in samples if s["t"] >= soaked["hold_from_s"] + soaked["hold_s"] + 60]
     result = {
         "benchmark": "vacuum_horizon",
         "hold_kind": args.hold_kind,
         "hold_minutes": args.hold_minutes,
         "drain_per_s": drain["drain_per_s"],
         "offered_per_s": rate,
+        "drain_timeout": args.drain_timeout,
         "fraction": args.fraction,
-        "started_per_min_before": phase(rows, None, "started"),
-        "started_per_min_held": phase(rows, True, "started"),
-        "started_per_min_after": phase(rows, False, "started"),
+        "started_per_min_before": phase(rows, None, "jobs_started"),
+        "started_per_min_held": phase(rows, True, "jobs_started"),
+        "started_per_min_after": phase(rows, False, "jobs_started"),
         "offered_per_min": round(rate * 60, 1),
         "backlog_max_held": max((s["backlog"] for s in held_samples), default=None),
-        "recovered": soak["recovered"],
-        "recovered_s_after_hold": soak["recovered_s_after_hold"],
+        "recovered": soaked["recovered"],
+        "recovered_s_after_hold": soaked["recovered_s_after_hold"],
         "dead_tuples_max": max((s["n_dead_tup"] for s in samples), default=None),
         "horizon_age_s_max": max((s["horizon_age_s"] or 0 for s in samples), default=None),
         "claim_scan_pages_before": max((s["claim_scan_pages"] for s in before), default=None),
@@ -147,11 +178,12 @@ def main() -> None:
         "claim_scan_pages_after": max((s["claim_scan_pages"] for s in after_samples),
                                       default=None),
         "claim_scan_ms_held_max": max((s["claim_scan_ms"] for s in held_samples), default=None),
-        "p99_ms": soak["p99_ms"],
-        "duplicates": soak["duplicates"],
-        "drained": soak["drained"],
+        "p99_ms": soaked["p99_ms"],
+        "duplicates": soaked["duplicates"],
+        "drained": soaked["drained"],
         "autovacuum": info.get("pg_autovacuum"),
-        "soak": soak,
+        "sustained_per_s": sustained,
+        "soak": soaked,
         "machine": info,
     }
     if not args.quiet:

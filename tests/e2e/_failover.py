@@ -31,20 +31,21 @@ import importlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from pgqueue.db.migrate import upgrade
 from tests._polling import WaitTimeout, wait_until
 from tests.e2e._chaos import APPS, Processes, query, scalar
 from tests.e2e._replicas import ReplicaPair
 
-__all__ = ["FAILURES", "FailoverResult", "run_failover"]
+__all__ = ["FAILURES", "Cluster", "FailoverResult", "run_failover", "run_scenario"]
 
 DBNAME = "failover"
 RECOVERY_GRACE = 5.0  # the contract: a job nobody runs is recovered within lease + 5 s
@@ -72,6 +73,7 @@ class FailoverResult:
     unfinished: list[int]           # job ids not finished when the drain ended
     dead: int                       # rows in dead_jobs
     reused_ids: int                 # returned ids that name another job afterwards
+    outage_seconds: float           # primary lost -> new primary takes writes
     logs: str = field(repr=False, default="")
 
     def row(self) -> dict[str, Any]:
@@ -82,7 +84,8 @@ class FailoverResult:
                 "first_claim_seconds": (None if self.first_claim_seconds is None
                                         else round(self.first_claim_seconds, 3)),
                 "unfinished": len(self.unfinished), "dead": self.dead,
-                "reused_ids": self.reused_ids}
+                "reused_ids": self.reused_ids,
+                "outage_seconds": round(self.outage_seconds, 3)}
 
 
 class _Producer(threading.Thread):
@@ -144,8 +147,43 @@ def _failover_app(dsn: str) -> Iterator[Any]:
         app.q.close()
 
 
-def run_failover(
+class Cluster(Protocol):
+    """PostgreSQL servers that lose their primary: a :class:`ReplicaPair` or a Patroni
+    cluster (``tests/e2e/_patroni.py``)."""
+
+    def start(self, setup: Callable[[str], None], dbname: str) -> None:
+        """Start the servers; ``setup`` creates database ``dbname`` on the primary (it is
+        given the primary's maintenance DSN) before any standby copies it."""
+
+    def dsn(self, dbname: str | None = None) -> str:
+        """What clients use: every server, ``target_session_attrs=read-write``."""
+
+    def lose_primary(self, how: str, lag: float) -> datetime:
+        """Lose the primary ``how`` the cluster knows; the new primary's clock when it
+        took writes."""
+
+    def primary_dsn(self) -> str:
+        """The writable server now, directly."""
+
+    def logs(self) -> str:
+        """The servers' logs, for failure messages."""
+
+    def destroy(self) -> None:
+        """Stop every process the cluster started and delete its files."""
+
+
+def run_failover(failure: str, directory: Path, **options: Any) -> FailoverResult:
+    """Run the scenario on a primary and its standby, losing the primary as
+    :data:`FAILURES` says (see :func:`run_scenario` for the options)."""
+    synchronous, how = FAILURES[failure]
+    return run_scenario(ReplicaPair(synchronous=synchronous), failure, how, directory,
+                        **options)
+
+
+def run_scenario(
+    cluster: Cluster,
     failure: str,
+    how: str,
     directory: Path,
     *,
     workers: int = 2,
@@ -158,21 +196,12 @@ def run_failover(
     lag: float = 3.0,
     drain_timeout: float = 60.0,
 ) -> FailoverResult:
-    """Run the scenario once (see the module docstring); every process and server it
-    started is gone when it returns."""
-    synchronous, how = FAILURES[failure]
-    pair = ReplicaPair(synchronous=synchronous)
+    """Run the scenario once on ``cluster`` (see the module docstring), losing its
+    primary ``how``; every process and server it started is gone when it returns."""
     processes = Processes(directory)
     try:
-        pair.start_primary()
-        with psycopg.connect(pair.primary.dsn(), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {DBNAME}")
-        upgrade(pair.primary.dsn(DBNAME), "pgqueue")
-        with _failover_app(pair.primary.dsn(DBNAME)) as app, \
-                psycopg.connect(pair.primary.dsn(DBNAME), autocommit=True) as conn:
-            conn.execute(app.EFFECTS)
-        pair.start_standby(DBNAME)
-        dsn = pair.dsn()
+        cluster.start(_setup, DBNAME)
+        dsn = cluster.dsn()
         for number in range(workers):
             processes.start_worker(dsn, name=f"worker{number + 1}", app="failover_tasks:q",
                                    concurrency=concurrency, lease=lease, poll_interval=1.0)
@@ -181,33 +210,34 @@ def run_failover(
             producer.start()
             try:
                 time.sleep(before)  # load on the primary: the phase being measured
-                promoted = _lose_primary(pair, how, lag)
+                lost = datetime.now(UTC)  # this host's clock, as the servers' (loopback)
+                promoted = cluster.lose_primary(how, lag)
                 time.sleep(after)  # load on the new primary
             finally:
                 producer.stopping.set()
                 producer.join(30)
-        return _judge(failure, pair, processes, producer, promoted, lease, drain_timeout)
+        return _judge(failure, cluster, processes, producer, lost, promoted, lease,
+                      drain_timeout)
     finally:
         processes.kill_all()
-        pair.destroy()
+        cluster.destroy()
 
 
-def _lose_primary(pair: ReplicaPair, how: str, lag: float) -> datetime:
-    """Lose the primary the way ``how`` says; promote the standby; when it took writes."""
-    if how == "switchover":
-        pair.stop_primary()
-    elif how == "lag-kill":
-        pair.pause_replication()
-        time.sleep(lag)  # commits the standby never receives
-        pair.kill_primary()
-    else:
-        pair.kill_primary()
-    return pair.promote()
+def _setup(maintenance_dsn: str) -> None:
+    """The scenario's database on the primary: pgqueue migrated (over the primary's own
+    DSN: migrating is not what is tested here), and the effects table."""
+    with psycopg.connect(maintenance_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {DBNAME}")
+    dsn = make_conninfo(maintenance_dsn, dbname=DBNAME)
+    upgrade(dsn, "pgqueue")
+    with _failover_app(dsn) as app, psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(app.EFFECTS)
 
 
-def _judge(failure: str, pair: ReplicaPair, processes: Processes, producer: _Producer,
-           promoted: datetime, lease: float, drain_timeout: float) -> FailoverResult:
-    new = pair.standby_dsn()
+def _judge(failure: str, cluster: Cluster, processes: Processes, producer: _Producer,
+           lost_at: datetime, promoted: datetime, lease: float,
+           drain_timeout: float) -> FailoverResult:
+    new = cluster.primary_dsn()
     # The contract's bound for a job that nobody runs any more, by the new primary's
     # clock; only rows claimed before the promotion can have lost their execution.
     bound = promoted + timedelta(seconds=lease + RECOVERY_GRACE)
@@ -242,5 +272,6 @@ def _judge(failure: str, pair: ReplicaPair, processes: Processes, producer: _Pro
         lost=lost, duplicate_effects=duplicates, stuck=stuck,
         first_claim_seconds=None if first is None else (first - promoted).total_seconds(),
         unfinished=unfinished, dead=int(scalar(new, "SELECT count(*) FROM pgqueue.dead_jobs")),
-        reused_ids=reused, logs=processes.logs() + "\n" + pair.logs(),
+        reused_ids=reused, outage_seconds=(promoted - lost_at).total_seconds(),
+        logs=processes.logs() + "\n" + cluster.logs(),
     )

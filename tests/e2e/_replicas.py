@@ -33,6 +33,8 @@ import os
 import shutil
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -42,7 +44,7 @@ from psycopg.conninfo import make_conninfo
 from tests._polling import wait_until
 from tests.e2e._chaos import PrivateServer
 
-__all__ = ["ReplicaPair"]
+__all__ = ["ReplicaPair", "kill_server"]
 
 HOST = "127.0.0.1"
 
@@ -127,22 +129,11 @@ class ReplicaPair:
 
     # -- the failure -------------------------------------------------------------------------
 
-    def _postmaster_pid(self, server: PrivateServer) -> int:
-        return int((server.data / "postmaster.pid").read_text().split("\n", 1)[0])
-
     def kill_primary(self) -> None:
-        """``kill -9`` the primary's postmaster and all of its processes together (a
-        lone postmaster kill leaves backends that finish their statements)."""
-        postmaster = self._postmaster_pid(self.primary)
-        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
-                                  text=True, check=False).stdout.split()
-        for pid in [postmaster, *map(int, children)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        """``kill -9`` the primary's postmaster and all of its processes together."""
+        kill_server(self.primary.data)
         self.primary_alive = False
         self.primary.started = False
-        wait_until(lambda: not _alive(postmaster), timeout=10, interval=0.02,
-                   message="the killed primary's postmaster gone")
 
     def stop_primary(self) -> None:
         """A clean switchover's first half: ``pg_ctl stop -m fast``, which sends every WAL
@@ -168,6 +159,35 @@ class ReplicaPair:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
 
+    # -- the scenario's interface (tests/e2e/_failover.py, Cluster) ----------------------
+
+    def start(self, setup: Callable[[str], None], dbname: str) -> None:
+        """Start the primary, let ``setup`` create database ``dbname`` there (given the
+        primary's maintenance DSN), then clone and start the standby."""
+        self.start_primary()
+        setup(self.primary.dsn())
+        self.start_standby(dbname)
+
+    def lose_primary(self, how: str, lag: float) -> datetime:
+        """Lose the primary (``kill``, ``switchover`` or ``lag-kill`` after ``lag``
+        seconds of stopped replication); promote the standby; when it took writes."""
+        if how == "switchover":
+            self.stop_primary()
+        elif how == "lag-kill":
+            self.pause_replication()
+            time.sleep(lag)  # commits the standby never receives
+            self.kill_primary()
+        elif how == "kill":
+            self.kill_primary()
+        else:
+            raise ValueError(f"unknown failure {how!r}")
+        return self.promote()
+
+    def primary_dsn(self) -> str:
+        """The writable server, directly (after the failover: the promoted standby)."""
+        server = self.primary if self.primary_alive else self.standby
+        return server.dsn(self.dbname)
+
     def promote(self) -> datetime:
         """Promote the standby; its clock when it accepts writes."""
         self.standby._run("pg_ctl", "-D", str(self.standby.data), "-w", "-t", "60", "promote")
@@ -189,6 +209,20 @@ class ReplicaPair:
         for server in (self.standby, self.primary):
             with contextlib.suppress(Exception):
                 server.destroy()
+
+
+def kill_server(data: Path) -> None:
+    """``kill -9`` the postmaster of data directory ``data`` and every process it started,
+    at once (a lone postmaster kill leaves backends that finish their statements): a
+    crash of the server's host, as its clients see it on loopback."""
+    postmaster = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                              text=True, check=False).stdout.split()
+    for pid in [postmaster, *map(int, children)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not _alive(postmaster), timeout=10, interval=0.02,
+               message="the killed postmaster gone")
 
 
 def _alive(pid: int) -> bool:

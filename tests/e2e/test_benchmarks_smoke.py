@@ -88,7 +88,8 @@ CASES = {
          "jobs_mb_max", "drained"},
     ),
     "vacuum_horizon": (
-        ["--hold-minutes", "0.05", "--before", "0.05", "--drain-jobs", "200", "--sample", "0.5"],
+        ["--hold-minutes", "0.05", "--before", "0.05", "--drain-jobs", "200", "--sample", "0.5",
+         "--calibrate", "0.2", "--drain-timeout", "60"],
         {"drain_per_s", "offered_per_s", "started_per_min_held", "recovered_s_after_hold",
          "claim_scan_pages_held_max", "dead_tuples_max", "horizon_age_s_max", "soak",
          "machine"},
