@@ -4,8 +4,8 @@ For Kubernetes exec probes, cron jobs and monitoring checks. Unhealthy means: th
 database cannot be reached (or its schema is not migrated), fewer than ``--min-workers``
 workers are alive, a queue's oldest ready job has waited longer than
 ``--max-queue-age``, a ``running`` job is held by no live worker, or the vacuum horizon
-has been held longer than ``--max-horizon-age``. The judgement is the library's (``pgqueue.health.check_health``);
-this command only chooses the thresholds and prints.
+has been held longer than ``--max-horizon-age``. The judgement is the library's
+(``pgqueue.health.check_health``); this command only chooses the thresholds and prints.
 """
 
 from __future__ import annotations

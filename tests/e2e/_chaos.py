@@ -429,14 +429,20 @@ def cleanup_on_exit(*resources: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def chaos_app(dsn: str) -> Iterator[Any]:
-    """``apps/chaos_tasks`` with its Queue pointed at ``dsn``, for enqueueing from a test."""
+def task_app(dsn: str, module: str = "chaos_tasks") -> Iterator[Any]:
+    """``apps/<module>`` (``chaos_tasks`` by default) with its Queue ``q`` pointed at
+    ``dsn``, for enqueueing from a test."""
     if str(APPS) not in sys.path:
         sys.path.insert(0, str(APPS))
     # Imported by the name the workers' -A uses (apps/ is on their path, not a package).
-    chaos_tasks: Any = importlib.import_module("chaos_tasks")
-    chaos_tasks.q.configure(dsn=dsn)
+    app: Any = importlib.import_module(module)
+    app.q.configure(dsn=dsn)
     try:
-        yield chaos_tasks
+        yield app
     finally:
-        chaos_tasks.q.close()
+        app.q.close()
+
+
+def chaos_app(dsn: str) -> contextlib.AbstractContextManager[Any]:
+    """``apps/chaos_tasks`` pointed at ``dsn`` (:func:`task_app`)."""
+    return task_app(dsn)

@@ -1,20 +1,23 @@
 """The failover scenario: workers and a producer on a primary/standby pair, the primary
 lost, the standby promoted, and what happened to every job.
 
-One function, :func:`run_failover`, shared by ``tests/e2e/test_failover.py`` (which
-asserts the promises) and ``benchmarks/failover.py`` (which prints the table of
-docs/guides/high-availability.md). It:
+:func:`run_scenario` runs it on any :class:`Cluster` (:func:`run_failover` on a
+primary/standby pair), shared by ``tests/e2e/test_failover.py``,
+``tests/e2e/test_patroni_failover.py`` (which assert the promises) and
+``benchmarks/failover.py`` (which prints the table of docs/guides/high-availability.md).
+It:
 
-1. starts a :class:`~tests.e2e._replicas.ReplicaPair` (synchronous or not), creates and
-   migrates the database on the primary over its own DSN (``pgq migrate`` and
-   ``pgqueue.db.migrate.upgrade`` are not given the multi-host DSN), then clones the
-   standby;
-2. starts real ``pgq worker -A failover_tasks:q`` processes on the pair's multi-host DSN
+1. starts the cluster: a :class:`~tests.e2e._replicas.ReplicaPair` (synchronous or not)
+   or a Patroni cluster; the database is created and migrated on the primary over its
+   own DSN (``pgq migrate`` and ``pgqueue.db.migrate.upgrade`` are not given the
+   multi-host DSN) before any standby copies it;
+2. starts real ``pgq worker -A failover_tasks:q`` processes on the cluster's multi-host DSN
    (``target_session_attrs=read-write``) and a producer thread that enqueues one job
    every ``interval`` seconds, each in its own transaction on its own connection, and
    remembers each sequence number ``n`` whose COMMIT returned;
-3. after ``before`` seconds of load, loses the primary (:data:`FAILURES`) and promotes
-   the standby; keeps the load on for ``after`` seconds, then stops the producer;
+3. after ``before`` seconds of load, loses the primary (:data:`FAILURES`, or the
+   cluster's own ways) and promotes a standby; keeps the load on for ``after``
+   seconds, then stops the producer;
 4. waits until ``lease + 5 s`` after the promotion (by the new primary's clock), the
    contract's bound for recovering a job that nobody runs, and reads the running rows
    that were claimed before the promotion (``stuck``); then waits for the rest to drain.
@@ -27,11 +30,9 @@ name another job afterwards).
 from __future__ import annotations
 
 import contextlib
-import importlib
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,7 +43,7 @@ from psycopg.conninfo import make_conninfo
 
 from pgqueue.db.migrate import upgrade
 from tests._polling import WaitTimeout, wait_until
-from tests.e2e._chaos import APPS, Processes, query, scalar
+from tests.e2e._chaos import Processes, query, scalar, task_app
 from tests.e2e._replicas import ReplicaPair
 
 __all__ = ["FAILURES", "Cluster", "FailoverResult", "run_failover", "run_scenario"]
@@ -135,18 +136,6 @@ class _Producer(threading.Thread):
         self.stopping.wait(0.05)
 
 
-@contextlib.contextmanager
-def _failover_app(dsn: str) -> Iterator[Any]:
-    if str(APPS) not in sys.path:
-        sys.path.insert(0, str(APPS))
-    app: Any = importlib.import_module("failover_tasks")
-    app.q.configure(dsn=dsn)
-    try:
-        yield app
-    finally:
-        app.q.close()
-
-
 class Cluster(Protocol):
     """PostgreSQL servers that lose their primary: a :class:`ReplicaPair` or a Patroni
     cluster (``tests/e2e/_patroni.py``)."""
@@ -205,7 +194,7 @@ def run_scenario(
         for number in range(workers):
             processes.start_worker(dsn, name=f"worker{number + 1}", app="failover_tasks:q",
                                    concurrency=concurrency, lease=lease, poll_interval=1.0)
-        with _failover_app(dsn) as app:
+        with task_app(dsn, "failover_tasks") as app:
             producer = _Producer(app, dsn, interval, task_seconds)
             producer.start()
             try:
@@ -230,7 +219,7 @@ def _setup(maintenance_dsn: str) -> None:
         conn.execute(f"CREATE DATABASE {DBNAME}")
     dsn = make_conninfo(maintenance_dsn, dbname=DBNAME)
     upgrade(dsn, "pgqueue")
-    with _failover_app(dsn) as app, psycopg.connect(dsn, autocommit=True) as conn:
+    with task_app(dsn, "failover_tasks") as app, psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(app.EFFECTS)
 
 

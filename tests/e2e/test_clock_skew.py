@@ -19,21 +19,17 @@ database's clock they must:
 from __future__ import annotations
 
 import glob
-import importlib
 import json
 import os
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from tests._polling import wait_until
-from tests.e2e._chaos import APPS, Processes, query, scalar
+from tests.e2e._chaos import APPS, Processes, query, scalar, task_app
 from tests.e2e._pgq import clean_environment, pgq_executable
 
 LEASE = 3.0
@@ -53,18 +49,6 @@ def _faketime(offset: str) -> list[str]:
     # The monotonic clock measures intervals (heartbeat periods, backoff): left real.
     return ["env", f"LD_PRELOAD={found[0]}", f"FAKETIME={offset}",
             "FAKETIME_DONT_FAKE_MONOTONIC=1"]
-
-
-@contextmanager
-def _app(dsn: str) -> Iterator[Any]:
-    if str(APPS) not in sys.path:
-        sys.path.insert(0, str(APPS))
-    module: Any = importlib.import_module("clock_tasks")
-    module.q.configure(dsn=dsn)
-    try:
-        yield module
-    finally:
-        module.q.close()
 
 
 def _transactions(dsn: str) -> int:
@@ -111,7 +95,7 @@ def test_a_worker_with_a_skewed_clock_decides_by_the_databases(
                        "FROM pgqueue.schedules WHERE name = 'skewed-add'"), query(
         dsn, "SELECT next_run_at, now() FROM pgqueue.schedules WHERE name = 'skewed-add'")
 
-    with _app(dsn) as app:
+    with task_app(dsn, "clock_tasks") as app:
         # run_at: two seconds from now by the database's clock; claimed then, without a
         # busy loop meanwhile.
         commits_before = _transactions(dsn)
