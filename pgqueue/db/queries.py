@@ -1068,7 +1068,9 @@ class Queries:
     #   hold back its tables; other roles' sessions are visible with pg_read_all_stats),
     #   a prepared transaction, a replication slot, a standby's hot_standby_feedback.
     #   Its age in seconds is known for sessions and prepared transactions only; the
-    #   age in transaction ids for all. This session's own snapshot is left out;
+    #   age in transaction ids for all. This session's own snapshot is left out, and so
+    #   are transactions younger than a second (every busy session has one: reporting
+    #   them would make a reading that is never zero);
     # * the jobs table's dead and live tuples and its last vacuum (the statistics
     #   collector's estimates, as autovacuum reads them);
     # * the database's clock, by which the dashboard's overview states ages.
@@ -1081,6 +1083,7 @@ class Queries:
               FROM pg_stat_activity
              WHERE datname = current_database() AND pid <> pg_backend_pid()
                AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+               AND xact_start < now() - interval '1 second'
             UNION ALL
             SELECT 'prepared transaction ' || quote_literal(gid),
                    extract(epoch FROM now() - prepared)::float8, age(transaction)
