@@ -75,11 +75,15 @@ class FailoverResult:
     dead: int                       # rows in dead_jobs
     reused_ids: int                 # returned ids that name another job afterwards
     outage_seconds: float           # primary lost -> new primary takes writes
+    committed_before: int = 0       # enqueues committed before the primary was lost
+    committed_after: int = 0        # and after the promotion
     logs: str = field(repr=False, default="")
 
     def row(self) -> dict[str, Any]:
         """The figures, for a table or JSON."""
         return {"failure": self.failure, "committed": self.committed,
+                "committed_before": self.committed_before,
+                "committed_after": self.committed_after,
                 "uncertain": self.uncertain, "lost": len(self.lost),
                 "duplicate_effects": len(self.duplicate_effects), "stuck_running": len(self.stuck),
                 "first_claim_seconds": (None if self.first_claim_seconds is None
@@ -97,6 +101,7 @@ class _Producer(threading.Thread):
         super().__init__(name="failover-producer", daemon=True)
         self.app, self.dsn, self.interval, self.seconds = app, dsn, interval, seconds
         self.committed: dict[int, int] = {}  # n -> id returned
+        self.committed_at: dict[int, float] = {}  # n -> when its COMMIT returned
         self.uncertain: set[int] = set()
         self.stopping = threading.Event()
         self.failures = 0
@@ -122,6 +127,7 @@ class _Producer(threading.Thread):
                 conn = None
             else:
                 self.committed[n] = job.id
+                self.committed_at[n] = time.monotonic()
             n += 1
             next_at += self.interval
             self.stopping.wait(max(0.0, next_at - time.monotonic()))
@@ -200,13 +206,20 @@ def run_scenario(
             try:
                 time.sleep(before)  # load on the primary: the phase being measured
                 lost = datetime.now(UTC)  # this host's clock, as the servers' (loopback)
+                lost_at = time.monotonic()
                 promoted = cluster.lose_primary(how, lag)
+                promoted_at = time.monotonic()
                 time.sleep(after)  # load on the new primary
             finally:
                 producer.stopping.set()
                 producer.join(30)
-        return _judge(failure, cluster, processes, producer, lost, promoted, lease,
-                      drain_timeout)
+        result = _judge(failure, cluster, processes, producer, lost, promoted, lease,
+                        drain_timeout)
+        result.committed_before = sum(1 for t in producer.committed_at.values()
+                                      if t < lost_at)
+        result.committed_after = sum(1 for t in producer.committed_at.values()
+                                     if t > promoted_at)
+        return result
     finally:
         processes.kill_all()
         cluster.destroy()

@@ -37,7 +37,8 @@ def test_failover_to_the_standby_keeps_every_promise(tmp_path: Path, failure: st
                           interval=0.01, task_seconds=0.02, before=3.0, after=3.0, lag=1.5)
     print(f"\n{failure}: {result.row()}")
     context = f"{result.row()}\n{result.logs}"
-    assert result.committed > 300, context  # the load ran on both sides of the failover
+    # The load ran on both sides of the failover.
+    assert result.committed_before > 20 and result.committed_after > 20, context
     if failure == "sync-kill":
         assert result.lost == [], context
     else:
