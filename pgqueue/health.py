@@ -48,7 +48,8 @@ class DatabaseHealth:
     runs. ``horizon_age_seconds`` / ``horizon_age_xids``: how old the oldest snapshot or
     transaction id is that keeps vacuum from removing dead rows (``horizon_holder`` says
     whose; None: nothing holds it); seconds are known for sessions and prepared
-    transactions, transaction ids for replication slots and standbys too.
+    transactions, transaction ids for replication slots and standbys too. A transaction
+    younger than a second does not count (every busy session has one).
     ``jobs_dead_tuples`` / ``jobs_live_tuples``: the statistics' estimates for
     ``jobs``, which a held horizon makes grow.
     """
