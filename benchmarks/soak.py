@@ -5,14 +5,20 @@ A producer enqueues ``--rate`` jobs per second for ``--minutes`` (``enqueue_many
 is slow) into one ``pgq worker --concurrency C``. In the middle, another session runs
 ``BEGIN; SELECT txid_current();`` and stays idle in that transaction for
 ``--hold-minutes``: the xmin horizon is pinned, so vacuum can remove no dead tuple and
-index scans cannot mark them dead. Jobs use ``result_ttl = --result-ttl`` so the worker's
-pruner (every 30 s) keeps the finished rows bounded.
+index scans cannot mark them dead. ``--hold-kind repeatable-read`` holds it the way a
+long report does instead: ``BEGIN ISOLATION LEVEL REPEATABLE READ`` and one read of the
+jobs table, then idle (a snapshot, no transaction id). Jobs use
+``result_ttl = --result-ttl`` so the worker's pruner (every 30 s) keeps the finished rows
+bounded.
 
 Sampled every ``--sample`` seconds: backlog (ready, unclaimed jobs), running jobs,
 ``pg_relation_size`` of ``pgqueue.jobs`` and of its claim index, ``n_dead_tup`` and
-``n_live_tup``, autovacuum runs, the age of the oldest snapshot, the worker's CPU.
-Reported per minute: jobs enqueued, p50/p99/max enqueue→start latency (by enqueue minute),
-peak backlog, table size, dead tuples. Verdicts:
+``n_live_tup``, autovacuum runs, the age of the oldest snapshot (in transactions and in
+seconds), the worker's CPU, and what a claim from the head of ``jobs_claim_idx`` costs
+(``EXPLAIN (ANALYZE, BUFFERS)`` of the claim's scan, ``LIMIT 10``, read-only: the pages
+it touched and its time). Reported per minute: jobs enqueued and started, p50/p99/max
+enqueue→start latency (by enqueue minute), peak backlog, table size, dead tuples, the
+claim scan's pages. Verdicts:
 
 * ``recovered``: the backlog (ready jobs not yet claimed) stayed below
   ``max(rate x 2 s, 1000)`` before the hold (after the first minute) and fell back below
@@ -42,12 +48,24 @@ SELECT (SELECT count(*) FROM pgqueue.jobs WHERE status = 'queued' AND run_at <= 
        pg_relation_size('pgqueue.jobs_claim_idx'),
        pg_total_relation_size('pgqueue.jobs'),
        s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.vacuum_count,
-       (SELECT max(age(backend_xmin)) FROM pg_stat_activity)
+       (SELECT max(greatest(age(backend_xmin), age(backend_xid))) FROM pg_stat_activity),
+       (SELECT extract(epoch FROM max(now() - xact_start))::float8 FROM pg_stat_activity
+         WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+           AND datname = current_database())
   FROM pg_stat_user_tables s
  WHERE s.schemaname = 'pgqueue' AND s.relname = 'jobs'
 """
 SAMPLE_KEYS = ("backlog", "running", "jobs_bytes", "claim_index_bytes", "jobs_total_bytes",
-               "n_live_tup", "n_dead_tup", "autovacuum_count", "vacuum_count", "oldest_xmin_age")
+               "n_live_tup", "n_dead_tup", "autovacuum_count", "vacuum_count", "oldest_xmin_age",
+               "horizon_age_s")
+# The claim's index scan from the head of jobs_claim_idx, as a claim after a wake-up runs
+# it (the worker's claim adds FOR UPDATE SKIP LOCKED and its checks of paused queues and
+# limits, which do not change the walk); enable_sort = off as on the claim connection.
+CLAIM_SCAN_SQL = """
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+SELECT id FROM pgqueue.jobs WHERE status = 'queued' AND run_at <= now()
+ ORDER BY priority DESC, run_at, id LIMIT 10
+"""
 
 
 class Sampler(threading.Thread):
@@ -65,18 +83,32 @@ class Sampler(threading.Thread):
     def sample(self, conn: psycopg.Connection[Any]) -> dict[str, Any]:
         row = conn.execute(SAMPLE_SQL).fetchone()
         values = dict(zip(SAMPLE_KEYS, row or (None,) * len(SAMPLE_KEYS), strict=True))
+        plan = conn.execute(CLAIM_SCAN_SQL).fetchone()
+        top = plan[0][0] if plan else {}
+        values["claim_scan_pages"] = (top.get("Plan", {}).get("Shared Hit Blocks", 0)
+                                      + top.get("Plan", {}).get("Shared Read Blocks", 0))
+        values["claim_scan_ms"] = round(top.get("Execution Time", 0.0), 3)
         values["t"] = round(time.time() - self.t0, 2)
         values["worker_cpu_s"] = c.cpu_seconds(self.worker_pid)
         return values
 
     def run(self) -> None:
         with c.connect(self.dsn) as conn:
+            conn.execute("SET enable_sort = off")
             while not self.stop_event.is_set():
                 with contextlib.suppress(psycopg.Error):
                     self.samples.append(self.sample(conn))
                 self.stop_event.wait(self.interval)
             with contextlib.suppress(psycopg.Error):
                 self.samples.append(self.sample(conn))
+
+
+# What the holding session runs, then it stays idle until its COMMIT.
+HOLDS = {
+    "idle-in-transaction": ("BEGIN", "SELECT txid_current()"),
+    "repeatable-read": ("BEGIN ISOLATION LEVEL REPEATABLE READ",
+                        "SELECT count(*) FROM pgqueue.jobs"),
+}
 
 
 def bucket_stats(latencies: list[float]) -> dict[str, Any]:
@@ -95,6 +127,9 @@ def main() -> None:
                    help="jobs per second (use ~70%% of throughput.py's drain rate)")
     p.add_argument("--hold-minutes", type=float, default=None,
                    help="how long the transaction stays open (default: min(2, minutes / 5))")
+    p.add_argument("--hold-kind", choices=HOLDS, default="idle-in-transaction",
+                   help="how the horizon is held: a session idle in a transaction that has "
+                        "an id, or a REPEATABLE READ report's snapshot")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--result-ttl", type=int, default=60,
                    help="result_ttl of the soak's jobs (seconds finished rows are kept)")
@@ -132,8 +167,8 @@ def main() -> None:
                 if elapsed >= duration:
                     break
                 if not held and hold > 0 and hold_start <= elapsed < hold_end:
-                    holder.execute("BEGIN")
-                    holder.execute("SELECT txid_current()")
+                    for statement in HOLDS[args.hold_kind]:
+                        holder.execute(statement)
                     held = True
                     c.log(f"{elapsed:6.1f} s: transaction opened (held for {hold:.0f} s)")
                 elif held and elapsed >= hold_end:
@@ -178,10 +213,15 @@ def main() -> None:
         lo, hi = b * args.bucket, (b + 1) * args.bucket
         inside = [s for s in samples if lo <= s["t"] < hi] or samples[-1:]
         cpu = [s["worker_cpu_s"] for s in inside if s["worker_cpu_s"] is not None]
+        pages = [s["claim_scan_pages"] for s in inside]
         rows.append({
             "minute": b + 1,
             "held": lo < hold_end and hi > hold_start and hold > 0,
             "enqueued": sum(1 for t in committed if lo <= t - t0 < hi),
+            # Jobs that started during this bucket, whenever enqueued (bucket_stats'
+            # "started" counts the bucket's enqueued jobs that started at all).
+            "jobs_started": sum(1 for t in starts.values() if lo <= t - t0 < hi),
+            "claim_scan_pages_max": max(pages, default=None),
             **bucket_stats(latencies[b]),
             "backlog_max": max((s["backlog"] for s in inside), default=None),
             "backlog_end": inside[-1]["backlog"] if inside else None,
@@ -225,6 +265,7 @@ def main() -> None:
         "minutes": args.minutes,
         "rate": args.rate,
         "hold_s": hold,
+        "hold_kind": args.hold_kind,
         "hold_from_s": round(hold_start, 1),
         "result_ttl": args.result_ttl,
         "concurrency": args.concurrency,
@@ -256,11 +297,11 @@ def main() -> None:
             f"{hold_start:.0f}-{hold_end:.0f} s, result_ttl {args.result_ttl} s",
             ["min", "held", "enqueued", "p50 ms", "p99 ms", "max ms", "backlog max",
              "backlog end", "jobs MB", "claim idx MB", "dead tup max", "live tup",
-             "autovac", "worker CPU %"],
+             "autovac", "worker CPU %", "started", "claim pages"],
             [[r["minute"], "yes" if r["held"] else "", r["enqueued"], r["p50_ms"], r["p99_ms"],
               r["max_ms"], r["backlog_max"], r["backlog_end"], r["jobs_mb"],
               r["claim_index_mb"], r["n_dead_tup_max"], r["n_live_tup_end"], r["autovacuums"],
-              r["worker_cpu_pct"]] for r in rows],
+              r["worker_cpu_pct"], r["jobs_started"], r["claim_scan_pages_max"]] for r in rows],
         )
         if info.get("pg_autovacuum") != "on":
             c.log("WARNING: autovacuum is off on this server: dead tuples are never removed "

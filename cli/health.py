@@ -2,9 +2,10 @@
 
 For Kubernetes exec probes, cron jobs and monitoring checks. Unhealthy means: the
 database cannot be reached (or its schema is not migrated), fewer than ``--min-workers``
-workers are alive, or a queue's oldest ready job has waited longer than
-``--max-queue-age``. The judgement is the library's (``pgqueue.health.check_health``);
-this command only chooses the thresholds and prints.
+workers are alive, a queue's oldest ready job has waited longer than
+``--max-queue-age``, a ``running`` job is held by no live worker, or the vacuum horizon
+has been held longer than ``--max-horizon-age``. The judgement is the library's
+(``pgqueue.health.check_health``); this command only chooses the thresholds and prints.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ from .context import CliContext, connected
 from .errors import is_connection_error
 from .output import print_json
 
-# --max-queue-age values that turn the age check off.
+# --max-queue-age and --max-horizon-age values that turn their check off.
 _OFF = ("off", "none")
 
 
-def max_age(value: str) -> float | None:
-    """Seconds from ``--max-queue-age`` (``5m``, ``90s``, plain seconds), None for off."""
+def max_age(value: str, what: str = "--max-queue-age") -> float | None:
+    """Seconds from a duration option (``5m``, ``90s``, plain seconds), None for off."""
     if value.strip().lower() in _OFF:
         return None
-    return parse_duration(value, what="--max-queue-age")
+    return parse_duration(value, what=what)
 
 
 @connected(json=True)
@@ -53,11 +54,20 @@ def health(
         typer.Option("--queues", "-Q", metavar="A,B", show_default=False,
                      help="Check the age of these queues only (default: every queue)."),
     ] = None,
+    max_horizon_age: Annotated[
+        str,
+        typer.Option("--max-horizon-age", metavar="DURATION",
+                     help="Unhealthy when a session or prepared transaction has held the "
+                          "vacuum horizon longer (dead jobs pile up meanwhile; 'off': not "
+                          "checked)."),
+    ] = "30m",
 ) -> None:
     """Exit 0 when healthy; else exit 1 with one line naming what is wrong."""
     age = max_age(max_queue_age)
+    horizon = max_age(max_horizon_age, "--max-horizon-age")
     names = [queue_name(name.strip()) for name in queues.split(",")] if queues else None
-    report = _check(context, max_queue_age=age, min_workers=min_workers, queues=names)
+    report = _check(context, max_queue_age=age, min_workers=min_workers, queues=names,
+                    max_horizon_age=horizon)
     if context.json:
         print_json(report.to_dict())
     else:
@@ -66,12 +76,13 @@ def health(
 
 
 def _check(context: CliContext, *, max_queue_age: float | None, min_workers: int,
-           queues: list[str] | None) -> HealthReport:
+           queues: list[str] | None, max_horizon_age: float | None) -> HealthReport:
     """The report; an unreachable or unmigrated database is a finding, not an error."""
     try:
         with context.session() as queue:
             return queue.run_plan(check_health(queue.queries, max_queue_age=max_queue_age,
-                                               min_workers=min_workers, queues=queues))
+                                               min_workers=min_workers, queues=queues,
+                                               max_horizon_age=max_horizon_age))
     except ConfigurationError:
         raise  # no DSN, a malformed one: the command line is wrong, not the queue
     except Exception as exc:

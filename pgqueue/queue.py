@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast, overload
 
 import psycopg
@@ -292,8 +292,7 @@ class Queue:
         job_options = target.options.with_options(options, SCHEDULE_OPTIONS)
         return self.run_plan(schedules.upsert_schedule(
             self.queries, name=checked_name, cron=parsed, task=target.name,
-            args=encoded.args, kwargs=encoded.kwargs, options=job_options,
-            now=datetime.now(UTC)))
+            args=encoded.args, kwargs=encoded.kwargs, options=job_options))
 
     def unschedule(self, name: str) -> None:
         """Delete the schedule ``name``; raises ScheduleNotFound. A code schedule comes
@@ -306,7 +305,7 @@ class Queue:
 
     def resume_schedule(self, name: str) -> ScheduleInfo:
         """Enqueue ``name``'s ticks again, from the next one (none missed while paused)."""
-        return self.run_plan(schedules.resume_schedule(self.queries, name, datetime.now(UTC)))
+        return self.run_plan(schedules.resume_schedule(self.queries, name))
 
     def schedules(self) -> list[ScheduleInfo]:
         """Every schedule, code and run-time, by name: its definition and state."""
@@ -597,12 +596,12 @@ class Queue:
 
     def workers(self) -> list[WorkerInfo]:
         """Worker processes (alive, or expired and about to be removed), oldest first."""
-        return self.run_plan(list_workers(self.queries, now=datetime.now(UTC)))
+        return self.run_plan(list_workers(self.queries))
 
     def overview(self) -> Overview:
         """The dashboard's overview: per queue its unfinished and dead jobs (from indexes,
         cheap on a large table), and the worker processes."""
-        return self.run_plan(overview(self.queries, now=datetime.now(UTC)))
+        return self.run_plan(overview(self.queries))
 
     def throughput(self, *, minutes: int = 60, queue: str | None = None,
                    task: str | None = None) -> list[ThroughputPoint]:

@@ -33,7 +33,7 @@ from pgqueue.options import JobOptions
 from pgqueue.serialization import loads
 
 __all__ = [
-    "SCHEDULE_OPTIONS", "PeriodicSpec", "ScheduleInfo", "delete_schedule",
+    "SCHEDULE_OPTIONS", "PeriodicSpec", "ScheduleInfo", "database_now", "delete_schedule",
     "list_schedules", "pause_schedule", "resume_schedule", "schedule_name", "tick_key",
     "upsert_schedule",
 ]
@@ -142,12 +142,21 @@ def _one(queries: Queries, name: str) -> Plan[ScheduleInfo]:
     return found[0]
 
 
+def database_now(queries: Queries) -> Plan[datetime]:
+    """The database's ``now()``: the clock every tick is compared with."""
+    row = yield Statement(queries.database_clock.sql, {}, fetch="one")
+    now: datetime = row["now"]
+    return now
+
+
 def upsert_schedule(
     queries: Queries, *, name: str, cron: Cron, task: str, args: str, kwargs: str,
-    options: JobOptions, now: datetime,
+    options: JobOptions,
 ) -> Plan[ScheduleInfo]:
     """Add the run-time schedule ``name`` or replace its definition (it starts again from
-    its next tick after ``now``); a code schedule of that name is refused."""
+    its next tick after now, by the database's clock); a code schedule of that name is
+    refused."""
+    now = yield from database_now(queries)
     params = {
         "name": name, "cron": cron.expression, "tz": cron.tz, "task": task, "args": args,
         "kwargs": kwargs, "queue": options.queue, "priority": options.priority,
@@ -177,14 +186,15 @@ def pause_schedule(queries: Queries, name: str) -> Plan[ScheduleInfo]:
     return (yield from _one(queries, name))
 
 
-def resume_schedule(queries: Queries, name: str, now: datetime) -> Plan[ScheduleInfo]:
-    """Resume ``name`` from its next tick after ``now`` (ticks missed while it was paused
-    are not enqueued); its state afterwards."""
+def resume_schedule(queries: Queries, name: str) -> Plan[ScheduleInfo]:
+    """Resume ``name`` from its next tick after now, by the database's clock (ticks
+    missed while it was paused are not enqueued); its state afterwards."""
     while True:
         info = yield from _one(queries, name)
         if not info.paused:
             return info
         cron = parse_cron(info.cron, info.tz)
+        now = yield from database_now(queries)
         changed = yield Statement(queries.resume_schedule, {
             "name": name, "cron": info.cron, "tz": info.tz,
             "next_run_at": cron.next_after(now),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pgqueue.db.plans import Plan, Row, Statement
 from pgqueue.db.queries import Queries
 from pgqueue.errors import ConfigurationError
+from pgqueue.health import DatabaseHealth, database_health
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -85,12 +86,12 @@ class WorkerInfo:
         }
 
 
-def list_workers(queries: Queries, *, now: datetime) -> Plan[list[WorkerInfo]]:
-    """Worker processes in the order they started; ``now`` decides alive or expired."""
+def list_workers(queries: Queries) -> Plan[list[WorkerInfo]]:
+    """Worker processes in the order they started; the database's clock decides alive
+    or expired (the one that set the leases)."""
     rows = yield Statement(queries.select_workers, {}, fetch="all")
     return [
-        _build(WorkerInfo, row | {"status": "alive" if row["lease_expires_at"] > now
-                                  else "expired"})
+        _build(WorkerInfo, row | {"status": "alive" if row["alive"] else "expired"})
         for row in rows
     ]
 
@@ -121,24 +122,32 @@ class QueueOverview:
 
 @dataclass(frozen=True)
 class Overview:
-    """What the dashboard's overview shows: queues (cheap counts) and worker processes."""
+    """What the dashboard's overview shows: queues (cheap counts), worker processes, and
+    what the database does to the queue (running jobs no worker holds, the vacuum
+    horizon, dead tuples: :class:`~pgqueue.health.DatabaseHealth`)."""
 
     queues: list[QueueOverview]
     workers: list[WorkerInfo]
-    now: datetime  # the clock the worker statuses were decided by
+    database: DatabaseHealth
+    now: datetime  # the database's clock, which decided the worker statuses
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data: ``{"queues": [...], "workers": [...], "now": ...}``."""
+        """JSON-ready data: ``{"queues": [...], "workers": [...], "database": {...},
+        "now": ...}``."""
         return {"queues": [entry.to_dict() for entry in self.queues],
                 "workers": [worker.to_dict() for worker in self.workers],
+                "database": self.database.to_dict(),
                 "now": self.now.isoformat()}
 
 
-def overview(queries: Queries, *, now: datetime) -> Plan[Overview]:
-    """The overview's queues and workers (see :class:`QueueOverview` for what is counted)."""
+def overview(queries: Queries) -> Plan[Overview]:
+    """The overview's queues, workers and database health (see :class:`QueueOverview`
+    for what is counted)."""
     rows = yield Statement(queries.overview_counts, {}, fetch="all")
-    workers = yield from list_workers(queries, now=now)
-    return Overview([_build(QueueOverview, row) for row in rows], workers, now)
+    workers = yield from list_workers(queries)
+    database = yield from database_health(queries)
+    return Overview([_build(QueueOverview, row) for row in rows], workers, database,
+                    database.now)
 
 
 @dataclass(frozen=True)

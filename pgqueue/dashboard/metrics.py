@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from pgqueue.health import DatabaseHealth
 from pgqueue.stats import Overview, ThroughputPoint
 
 # The statuses pgqueue_queue_depth reports: jobs not finished yet.
@@ -64,6 +65,33 @@ class _OverviewCollector(Collector):
         for (queue, outcome), count in sorted(totals.items()):
             outcomes.add_metric([queue, outcome], count)
         yield from (depth, age, dead, paused, workers, outcomes)
+        yield from _database_metrics(self.overview.database)
+
+
+def _database_metrics(database: DatabaseHealth) -> Iterator[Metric]:
+    """What the database does to the queue (``pgqueue.health.DatabaseHealth``)."""
+    unheld = GaugeMetricFamily(
+        "pgqueue_running_jobs_unheld",
+        "Running jobs that no live worker holds (lease ran out, or worker gone, more than "
+        "5 s ago): nothing runs or rescues them.")
+    unheld.add_metric([], database.unheld_running)
+    horizon = GaugeMetricFamily(
+        "pgqueue_xmin_horizon_age_seconds",
+        "How long the oldest session or prepared transaction of this database has held "
+        "the xmin horizon (0: none holds it); vacuum removes no dead row meanwhile.")
+    horizon.add_metric([], database.horizon_age_seconds or 0.0)
+    xids = GaugeMetricFamily(
+        "pgqueue_xmin_horizon_age_xids",
+        "Age in transaction ids of the oldest xmin held back (sessions, prepared "
+        "transactions, replication slots, standby feedback; 0: none).")
+    xids.add_metric([], database.horizon_age_xids or 0)
+    dead = GaugeMetricFamily("pgqueue_jobs_dead_tuples",
+                             "Dead row versions in pgqueue.jobs (statistics estimate).")
+    dead.add_metric([], database.jobs_dead_tuples)
+    live = GaugeMetricFamily("pgqueue_jobs_live_tuples",
+                             "Live rows in pgqueue.jobs (statistics estimate).")
+    live.add_metric([], database.jobs_live_tuples)
+    yield from (unheld, horizon, xids, dead, live)
 
 
 def exposition(overview: Overview, hour: list[ThroughputPoint]) -> tuple[bytes, str]:

@@ -85,9 +85,18 @@ class LockedLimits(NamedTuple):
 
 
 class NextRunAt(NamedTuple):
-    """A row of ``next_run_at``."""
+    """A row of ``next_run_at`` and ``next_limit_at``."""
 
-    next_run_at: datetime | None  # when the next scheduled job is due; None: none is
+    # Seconds until the next scheduled job is due (or a limit admits one), by the
+    # database's clock — the one claims compare run_at with — so that a worker whose
+    # own clock is off neither wakes early and spins nor sleeps past the job; None: none.
+    seconds: float | None
+
+
+class DatabaseClock(NamedTuple):
+    """The row of ``database_clock``."""
+
+    now: datetime  # the transaction's now() on the database server
 
 
 class AgedJobs(NamedTuple):
@@ -1057,7 +1066,7 @@ class Queries:
     # When a rate bucket next admits a job or a pause ends: a worker waiting on limits
     # sleeps until then (capped by its poll interval).
     next_limit_at = _Typed(NextRunAt, """
-        SELECT min(t) AS next_run_at FROM (
+        SELECT EXTRACT(EPOCH FROM min(t) - clock_timestamp())::float8 AS seconds FROM (
             SELECT next_start_at AS t FROM {schema}.limit_state WHERE next_start_at > now()
             UNION ALL
             SELECT paused_until FROM {schema}.limit_state WHERE paused_until > now()
@@ -1154,7 +1163,8 @@ class Queries:
     # A row due in the future was due later than it was created: the second condition
     # adds nothing to the answer and lets the planner use jobs_scheduled_idx.
     next_run_at = _Typed(NextRunAt, """
-        SELECT min(run_at) AS next_run_at FROM {schema}.jobs
+        SELECT EXTRACT(EPOCH FROM min(run_at) - clock_timestamp())::float8 AS seconds
+          FROM {schema}.jobs
          WHERE status = 'queued' AND run_at > now() AND run_at > created_at
            AND (cardinality(%(queues)s::text[]) = 0 OR queue = ANY(%(queues)s::text[]))
     """)
@@ -1314,6 +1324,10 @@ class Queries:
                            "cancellation was requested'") + """
     """)
     delete_worker = _Plain("DELETE FROM {schema}.workers WHERE id = %(worker_id)s")
+    # The database's clock, for a decision taken in Python about time (a schedule's
+    # next tick): every lease, run_at and tick is compared with now() on the server, so
+    # a client whose own clock is off must compute from this one.
+    database_clock = _Typed(DatabaseClock, "SELECT now() AS now")
     # -- Health (pgqueue/health.py: pgq health, probes) ----------------------------------
     # Workers whose lease runs (alive), and per queue that is not paused the age of its
     # oldest ready job: the queued rows (the claim index's partial rows) and the claimed
@@ -1331,6 +1345,69 @@ class Queries:
            AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
          GROUP BY j.queue
          ORDER BY age_seconds DESC, j.queue
+    """)
+    # What the database itself does to the queue (pgqueue/health.py, DatabaseHealth):
+    #
+    # * running jobs that no live execution holds: the lease ran out more than
+    #   %(grace)s seconds ago (the rescuer should have taken it back by then), or the
+    #   worker named has no row whose lease runs (the worker is gone). A lease runs out
+    #   and is rescued within a second while any worker lives; a row stuck here means
+    #   no worker sweeps, or a lease that is renewed by nobody who runs the job;
+    # * the xmin horizon: the oldest snapshot or transaction id that keeps vacuum from
+    #   removing dead rows of this database — a session (only those of this database
+    #   hold back its tables; other roles' sessions are visible with pg_read_all_stats),
+    #   a prepared transaction, a replication slot, a standby's hot_standby_feedback.
+    #   Its age in seconds is known for sessions and prepared transactions only; the
+    #   age in transaction ids for all. This session's own snapshot is left out, and so
+    #   are transactions younger than a second (every busy session has one: reporting
+    #   them would make a reading that is never zero);
+    # * the jobs table's dead and live tuples and its last vacuum (the statistics
+    #   collector's estimates, as autovacuum reads them);
+    # * the database's clock, by which the dashboard's overview states ages.
+    select_database_health = _Plain("""
+        WITH holders AS (
+            SELECT 'session ' || pid || ' (' || COALESCE(state, 'unknown state')
+                   || COALESCE(', ' || NULLIF(application_name, ''), '') || ')' AS holder,
+                   extract(epoch FROM now() - xact_start)::float8 AS seconds,
+                   GREATEST(age(backend_xmin), age(backend_xid)) AS xids
+              FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()
+               AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+               AND xact_start < now() - interval '1 second'
+            UNION ALL
+            SELECT 'prepared transaction ' || quote_literal(gid),
+                   extract(epoch FROM now() - prepared)::float8, age(transaction)
+              FROM pg_prepared_xacts WHERE database = current_database()
+            UNION ALL
+            SELECT 'replication slot ' || quote_literal(slot_name), NULL, age(xmin)
+              FROM pg_replication_slots WHERE xmin IS NOT NULL
+            UNION ALL
+            SELECT 'standby feedback from ' || COALESCE(NULLIF(application_name, ''),
+                                                        host(client_addr), 'a standby'),
+                   NULL, age(backend_xmin)
+              FROM pg_stat_replication WHERE backend_xmin IS NOT NULL
+        ),
+        unheld AS (
+            SELECT j.id FROM {schema}.jobs j
+             WHERE j.status = 'running'
+               AND (j.lease_expires_at < now() - make_interval(secs => %(grace)s)
+                    OR NOT EXISTS (
+                        SELECT 1 FROM {schema}.workers w
+                         WHERE w.id = j.worker_id
+                           AND w.lease_expires_at > now() - make_interval(secs => %(grace)s)))
+        )
+        SELECT (SELECT count(*) FROM unheld) AS unheld_running,
+               ARRAY(SELECT id FROM unheld ORDER BY id LIMIT 10) AS unheld_running_ids,
+               (SELECT max(seconds) FROM holders) AS horizon_age_seconds,
+               (SELECT max(xids) FROM holders) AS horizon_age_xids,
+               (SELECT holder FROM holders ORDER BY xids DESC, seconds DESC NULLS LAST
+                 LIMIT 1) AS horizon_holder,
+               pg_stat_get_dead_tuples('{schema}.jobs'::regclass) AS jobs_dead_tuples,
+               pg_stat_get_live_tuples('{schema}.jobs'::regclass) AS jobs_live_tuples,
+               GREATEST(pg_stat_get_last_autovacuum_time('{schema}.jobs'::regclass),
+                        pg_stat_get_last_vacuum_time('{schema}.jobs'::regclass))
+                   AS jobs_last_vacuum_at,
+               now() AS now
     """)
     # -- Throughput counts (revision 0011_job_counts; pgqueue/worker/counts.py) ---------
     # A worker's outcome counts since its last flush, added to its own rows (one per
@@ -1363,9 +1440,11 @@ class Queries:
          GROUP BY minute, queue, outcome
          ORDER BY minute, queue, outcome
     """)
+    # ``alive`` by the database's clock, which decided the lease: a reader whose own
+    # clock is off must not call a live worker expired.
     select_workers = _Plain("""
         SELECT id, hostname, pid, queues, concurrency, stuck, started_at, last_heartbeat_at,
-               lease_expires_at
+               lease_expires_at, lease_expires_at > now() AS alive
           FROM {schema}.workers ORDER BY started_at, id
     """)
     # -- Maintenance (any worker may run these; SKIP LOCKED keeps them from fighting) ---

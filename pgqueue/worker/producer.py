@@ -55,7 +55,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pgqueue.db.queries import ClaimedJob, Queries, Query
@@ -272,15 +272,14 @@ class Producer(Service):
         async with answered("reading when the next job is due"), self._link.applied(conn):
             row = await self._queries.next_run_at.one(
                 conn, {"queues": self._queues}, prepare=self._link.prepare)
-            due = [row.next_run_at]
+            due = [row.seconds]
             if self._limits_exist:
                 row = await self._queries.next_limit_at.one(conn, {}, prepare=self._link.prepare)
-                due.append(row.next_run_at)
+                due.append(row.seconds)
         times = [t for t in due if t is not None]
         if not times:
             return self.poll_interval
-        due_in = (min(times) - datetime.now(UTC)).total_seconds()
-        return max(0.0, min(self.poll_interval, due_in + 0.001))
+        return max(0.0, min(self.poll_interval, min(times) + 0.001))
 
     async def _claim_limited_in_order(self, limit: int) -> list[ClaimedJob]:
         """The limited claim for up to ``limit`` jobs (their slots reserved); with

@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
 
 import psycopg
 
@@ -125,7 +124,9 @@ class Scheduler(Service):
             await conn.execute(self._queries.renew_schedules,
                                {"names": self._names, "lease": self._lease})
             return
-        now = datetime.now(UTC)
+        # The first tick of a new schedule follows the database's clock, which the
+        # ticks are compared with, not this host's.
+        now = (await self._queries.database_clock.one(conn, {})).now
         declared = await self._queries.declare_schedules.all(conn, {
             "schedules": dumps([spec.declaration(now) for spec in self._specs]),
             "lease": self._lease,
@@ -178,7 +179,7 @@ class Scheduler(Service):
             return result.advanced
         if result.advanced:
             self.enqueued += 1
-            lag = (datetime.now(UTC) - tick).total_seconds()
+            lag = (schedule.now - tick).total_seconds()  # both by the database's clock
             logger.info("Schedule %r: enqueued job %s for tick %s (%.3f s after it).",
                         schedule.name, result.job_id, tick.isoformat(), lag,
                         extra={"schedule": schedule.name, "job_id": result.job_id})

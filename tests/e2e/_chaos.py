@@ -162,12 +162,14 @@ class Processes:
         extra: Sequence[str] = (),
         wait_registered: bool = True,
         app: str = "chaos_tasks:q",
+        wrapper: Sequence[str] = (),
     ) -> WorkerProcess:
         """Start ``pgq worker -A chaos_tasks:q`` (or ``app``, a module of tests/e2e/apps)
         against ``dsn``.
 
         ``record_dsn`` is where the tasks write their ``chaos_runs`` rows (default:
-        ``dsn``). With ``netns`` the worker runs inside that network namespace.
+        ``dsn``). With ``netns`` the worker runs inside that network namespace;
+        ``wrapper`` is a command line that runs it (``faketime -f +5m``).
         """
         name = name or f"worker{len(self.workers) + 1}"
         command = [
@@ -176,6 +178,7 @@ class Processes:
             "--shutdown-timeout", f"{shutdown_timeout:g}", "--poll-interval",
             f"{poll_interval:g}", *extra,
         ]
+        command = [*wrapper, *command]
         if netns is not None:
             command = ["ip", "netns", "exec", netns, *command]
         env = clean_environment(APPS)
@@ -426,14 +429,20 @@ def cleanup_on_exit(*resources: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def chaos_app(dsn: str) -> Iterator[Any]:
-    """``apps/chaos_tasks`` with its Queue pointed at ``dsn``, for enqueueing from a test."""
+def task_app(dsn: str, module: str = "chaos_tasks") -> Iterator[Any]:
+    """``apps/<module>`` (``chaos_tasks`` by default) with its Queue ``q`` pointed at
+    ``dsn``, for enqueueing from a test."""
     if str(APPS) not in sys.path:
         sys.path.insert(0, str(APPS))
     # Imported by the name the workers' -A uses (apps/ is on their path, not a package).
-    chaos_tasks: Any = importlib.import_module("chaos_tasks")
-    chaos_tasks.q.configure(dsn=dsn)
+    app: Any = importlib.import_module(module)
+    app.q.configure(dsn=dsn)
     try:
-        yield chaos_tasks
+        yield app
     finally:
-        chaos_tasks.q.close()
+        app.q.close()
+
+
+def chaos_app(dsn: str) -> contextlib.AbstractContextManager[Any]:
+    """``apps/chaos_tasks`` pointed at ``dsn`` (:func:`task_app`)."""
+    return task_app(dsn)

@@ -87,6 +87,19 @@ CASES = {
         {"per_minute", "samples", "p99_ms", "recovered", "bounded", "dead_tuples_end", "autovacuum",
          "jobs_mb_max", "drained"},
     ),
+    "vacuum_horizon": (
+        ["--hold-minutes", "0.05", "--before", "0.05", "--drain-jobs", "200", "--sample", "0.5",
+         "--calibrate", "0.2", "--drain-timeout", "60"],
+        {"drain_per_s", "offered_per_s", "started_per_min_held", "recovered_s_after_hold",
+         "claim_scan_pages_held_max", "dead_tuples_max", "horizon_age_s_max", "soak",
+         "machine"},
+    ),
+    # Starts servers of its own (--dsn is not used).
+    "failover": (
+        ["--runs", "sync-kill", "--workers", "1", "--concurrency", "2", "--before", "1",
+         "--after", "1", "--interval", "0.02"],
+        {"runs", "workers", "lease"},
+    ),
     "workloads": (
         ["--cpu-jobs", "20", "--cpu-ms", "1", "--cpu-processes", "1", "--io-concurrency", "8",
          "--io-jobs-per-slot", "2", "--mixed-cpu-jobs", "10", "--mixed-io-jobs", "40",

@@ -26,6 +26,7 @@ from pgqueue.cli.app import app
 from pgqueue.dashboard import Access, create_app
 from pgqueue.dashboard.security import CSRF_COOKIE, SESSION_COOKIE
 from pgqueue.db.queries import for_schema
+from tests._polling import wait_until
 from tests.integration.test_operations import execute, make_dead
 
 TOKEN = "s3cret-token"
@@ -261,6 +262,42 @@ def test_metrics_report_depth_age_and_dead(client: TestClient, q: Queue, dsn: st
     assert 'pgqueue_dead_jobs{queue="email"} 1.0' in text
     age = re.search(r'pgqueue_oldest_queued_age_seconds\{queue="email"\} ([0-9.]+)', text)
     assert age and 89 < float(age.group(1)) < 200
+
+
+def _horizon_held(text: str) -> str:
+    """The metrics ``text`` if they show the horizon held for a second or more, else ''."""
+    held = re.search(r"^pgqueue_xmin_horizon_age_seconds [1-9][0-9.e+-]*$", text, re.M)
+    return text if held else ""
+
+
+def test_metrics_and_overview_flag_unheld_running_jobs_and_the_horizon(
+    client: TestClient, q: Queue, dsn: str
+) -> None:
+    unheld = _jobs(q, 1)[0]
+    # Running under a worker that never registered (or whose row is gone): nobody's.
+    execute(dsn, "UPDATE pgqueue.jobs SET status = 'running', worker_id = 'ghost', "
+                 "attempts = 1, started_at = now(), "
+                 "lease_expires_at = now() + interval '1 minute' WHERE id = %s", (unheld,))
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT txid_current()")
+        # Transactions younger than a second do not count as holding the horizon.
+        text: str = wait_until(lambda: _horizon_held(client.get("/metrics").text),
+                               timeout=10, interval=0.2,
+                               message="the horizon held for a second")
+        assert "pgqueue_running_jobs_unheld 1.0" in text
+        xids = re.search(r"^pgqueue_xmin_horizon_age_xids ([0-9.e+-]+)$", text, re.M)
+        assert xids and float(xids.group(1)) >= 0
+        assert re.search(r"^pgqueue_jobs_dead_tuples [0-9.e+]+$", text, re.M)
+        assert re.search(r"^pgqueue_jobs_live_tuples [0-9.e+]+$", text, re.M)
+        data = client.get("/api/overview").json()["database"]
+        assert data["unheld_running"] == 1 and data["unheld_running_ids"] == [unheld]
+        assert data["horizon_holder"].startswith(f"session {holder.info.backend_pid} ")
+        page = client.get("/").text
+        assert 'id="unheld"' in page and f'href="/jobs/{unheld}"' in page
+        assert f"by session {holder.info.backend_pid} (idle in transaction" in page
+    text = client.get("/metrics").text
+    assert "pgqueue_xmin_horizon_age_seconds 0.0" in text
+    assert "not held" in client.get("/").text
 
 
 def test_healthz_is_200_with_the_database_and_503_without(q: Queue, dsn: str) -> None:

@@ -16,6 +16,9 @@ def test_max_queue_age_takes_durations_and_off() -> None:
     assert max_age("none") is None
     with pytest.raises(ConfigurationError, match="invalid --max-queue-age 'x'"):
         max_age("x")
+    assert max_age("30m", "--max-horizon-age") == 1800
+    with pytest.raises(ConfigurationError, match="invalid --max-horizon-age 'y'"):
+        max_age("y", "--max-horizon-age")
 
 
 def test_the_summary_is_one_line() -> None:
@@ -28,7 +31,8 @@ def test_the_summary_is_one_line() -> None:
     assert not sick.healthy
     down = unavailable("database unreachable: refused")
     assert down.to_dict() == {"healthy": False, "problems": ["database unreachable: refused"],
-                              "live_workers": None, "oldest_ready": [], "paused_queues": []}
+                              "live_workers": None, "oldest_ready": [], "paused_queues": [],
+                              "database": None}
     assert HealthReport(problems=[], live_workers=1,
                         oldest_ready=[QueueAge("q", 3 * 3600 + 5 * 60)]).summary() \
         .endswith("3h05m old in queue 'q'")

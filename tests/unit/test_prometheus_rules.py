@@ -21,7 +21,9 @@ RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus"
 # docs/guides/operations.md "Dashboard metrics").
 DASHBOARD_METRICS = {"pgqueue_queue_depth", "pgqueue_oldest_queued_age_seconds",
                      "pgqueue_dead_jobs", "pgqueue_queue_paused", "pgqueue_workers",
-                     "pgqueue_job_outcomes_last_hour"}
+                     "pgqueue_job_outcomes_last_hour", "pgqueue_running_jobs_unheld",
+                     "pgqueue_xmin_horizon_age_seconds", "pgqueue_xmin_horizon_age_xids",
+                     "pgqueue_jobs_dead_tuples", "pgqueue_jobs_live_tuples"}
 
 
 def _promtool(*args: str) -> str:
