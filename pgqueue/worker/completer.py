@@ -150,7 +150,17 @@ class Completer(Service):
                 async with asyncio.timeout(self._flush_interval):
                     await self._hurry.wait()
         else:
-            await asyncio.sleep(0)
+            # Jobs started together mostly end together, a turn or two of the event loop
+            # apart (no-op and short jobs): keep yielding while each turn brings more
+            # outcomes and executions are still under way, so that one statement records
+            # them all and starts as many held jobs as slots free. With one turn only,
+            # batches of 8 slots carried 4 outcomes on average, two round trips per 8 jobs
+            # instead of one (measured: 2,510 statements for 10,000 jobs, then 626 for
+            # 5,000); a turn of the loop costs microseconds, a round trip a millisecond.
+            seen = -1
+            while len(self._pending) != seen and self._ledger.executing:
+                seen = len(self._pending)
+                await asyncio.sleep(0)
         self._hurry.clear()
         self._arrived.clear()
 

@@ -6,6 +6,9 @@ row of the next batch: the final outcome wins, carrying the newest progress with
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING, cast
+
 import pytest
 
 from pgqueue.db.queries import for_schema
@@ -14,6 +17,9 @@ from pgqueue.worker.connections import WorkerConnections
 from pgqueue.worker.ledger import Ledger
 from pgqueue.worker.outcome import Outcome
 from pgqueue.worker.prefetch import Prefetch
+
+if TYPE_CHECKING:
+    from pgqueue.worker.executor import Execution
 
 
 @pytest.fixture
@@ -113,3 +119,43 @@ def test_holdings_are_the_claims_of_the_outcomes_not_yet_written(
     completer._batch = completer._take_batch()[:1]
     completer.submit(Outcome(3, 1, 9, "retry"))
     assert sorted(completer.holdings()) == [(1, 7), (3, 9)]
+
+
+async def test_outcomes_ending_a_few_loop_turns_apart_share_one_batch() -> None:
+    # Executions started by one statement end a turn or two of the event loop apart: the
+    # completer waits for them while each turn brings more, so that one statement records
+    # all of them (and starts as many held jobs as slots free) instead of the first only.
+    ledger = Ledger(concurrency=3, prefetch=Prefetch(None, concurrency=3))
+    completer = Completer(connect=WorkerConnections("host=/nonexistent", "unit").link(),
+                          queries=for_schema("pgqueue"), ledger=ledger,
+                          on_recorded=lambda outcome, recorded: None,
+                          on_started=lambda job: None,
+                          start_params={"worker_id": "unit", "lease": 30.0, "queues": []},
+                          flush_interval=0)
+    for job_id in (1, 2, 3):
+        ledger.executions[job_id] = cast("Execution", object())
+
+    async def execution(job_id: int, turns: int) -> None:
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        del ledger.executions[job_id]
+        completer.submit(Outcome(job_id, 1, 7, "succeeded"))
+
+    ends = [asyncio.create_task(execution(job_id, job_id)) for job_id in (1, 2, 3)]
+    await completer.wait()
+    assert sorted(completer._pending) == [(1, 7), (2, 7), (3, 7)]
+    await asyncio.gather(*ends)
+
+
+async def test_a_long_execution_does_not_hold_back_the_batch_of_the_ended_ones() -> None:
+    ledger = Ledger(concurrency=2, prefetch=Prefetch(None, concurrency=2))
+    completer = Completer(connect=WorkerConnections("host=/nonexistent", "unit").link(),
+                          queries=for_schema("pgqueue"), ledger=ledger,
+                          on_recorded=lambda outcome, recorded: None,
+                          on_started=lambda job: None,
+                          start_params={"worker_id": "unit", "lease": 30.0, "queues": []},
+                          flush_interval=0)
+    ledger.executions[2] = cast("Execution", object())  # runs for ever
+    completer.submit(Outcome(1, 1, 7, "succeeded"))
+    await asyncio.wait_for(completer.wait(), 5)
+    assert list(completer._pending) == [(1, 7)]
