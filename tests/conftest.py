@@ -25,6 +25,15 @@ settings.register_profile("thorough", deadline=None, max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Tests that start PostgreSQL servers of their own (a private server to restart or
+    # cut off, a primary and its standby, a Patroni cluster) never touch the session's
+    # server, so a run against PGQUEUE_TEST_DSN repeats them unchanged: CI's run on the
+    # system server deselects them (-m "not own_server") and the embedded run keeps them.
+    config.addinivalue_line(
+        "markers", "own_server: starts its own PostgreSQL servers (ignores PGQUEUE_TEST_DSN)")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if os.environ.get("PGQUEUE_TEST_DSN"):
         where = "PGQUEUE_TEST_DSN (external server)"

@@ -17,6 +17,8 @@ import signal
 import time
 from collections.abc import Callable
 
+import pytest
+
 from tests._polling import wait_until
 from tests.e2e._chaos import (
     REFUSED,
@@ -28,6 +30,8 @@ from tests.e2e._chaos import (
     scalar,
 )
 
+# Its servers are its own: see tests/conftest.py.
+pytestmark = pytest.mark.own_server
 LEASE = 6.0
 
 

@@ -20,6 +20,9 @@ import pytest
 from tests._polling import wait_until
 from tests.e2e._chaos import PrivateServer, Processes, WorkerProcess, chaos_app, query, scalar
 
+# Its servers are its own: see tests/conftest.py.
+pytestmark = pytest.mark.own_server
+
 JOBS = 1500
 LEASE = 20.0  # longer than the outage: no lease expires, so nothing needs rescuing
 CONCURRENCY = 8

@@ -27,6 +27,9 @@ import pytest
 
 from tests.e2e._failover import run_failover
 
+# Its servers are its own: see tests/conftest.py.
+pytestmark = pytest.mark.own_server
+
 LEASE = 4.0
 FIRST_CLAIM_BOUND = 5.0
 

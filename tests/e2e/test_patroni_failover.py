@@ -22,6 +22,9 @@ import pytest
 from tests.e2e._failover import run_scenario
 from tests.e2e._patroni import PatroniCluster, missing_programs
 
+# Its servers are its own: see tests/conftest.py.
+pytestmark = pytest.mark.own_server
+
 LEASE = 4.0
 
 
