@@ -21,6 +21,10 @@ CASES = {
         ["--jobs", "500", "--reps", "1"],
         {"drain_per_s", "enqueue_per_s", "duplicates", "missing", "complete", "runs", "machine"},
     ),
+    "slot_bound": (
+        ["--concurrency", "2,4", "--statements", "20", "--drain", "--jobs", "200"],
+        {"statements", "jobs", "rows", "machine"},
+    ),
     "claim_cost": (
         ["--ready", "300", "--sizes", "10,100"],
         {"ready", "results", "machine"},
