@@ -119,7 +119,7 @@ def _choose_database(context: CliContext) -> CliContext:
     """``--dsn`` (or ``--embedded``) from the command line; else the embedded server.
 
     Never ``PGQUEUE_DSN`` or ``DATABASE_URL``: those usually name an application's
-    database, and a demo must not create tables and queues there unasked (issue 18.1).
+    database, and a demo must not create tables and queues there unasked.
     """
     if context.explicit_dsn is not None:
         return context
@@ -259,7 +259,7 @@ def demo(
         say(f"[green]✓[/] {escape(queue.migrate().describe())} (pgq migrate)")
 
         # One queue for every run, emptied first: an interrupted run leaves no backlog
-        # behind for the next, and `pgq stats` does not grow a queue per run (issue 18.11).
+        # behind for the next, and `pgq stats` does not grow a queue per run.
         name = DEMO_QUEUE
         left = queue.purge_queue(name)
         if left:

@@ -100,7 +100,7 @@ def enqueue(
             task = registered_name(task, queue.tasks, app)
         job = queue.enqueue_by_name(task, args=positional, kwargs=keywords, **options)
     if not app:
-        # Without the user's Queue there is no task to check against (issue 18.5).
+        # Without the user's Queue there is no task to check against.
         typer.echo(f"note: not validated: without -A the task name, arguments and "
                    f"options of {task!r} are stored as given (pass -A module:queue to "
                    "check them)", err=True)

@@ -6,7 +6,7 @@ Create Date: 2026-12-04
 
 PostgreSQL's timestamptz reaches from 4713 BC to 294276 AD and also holds ``infinity``
 and ``-infinity``; Python's datetime holds years 1 to 9999. A row inserted by hand with
-``run_at = 'infinity'`` (issue 10.1) could not be read back: every worker that looked
+``run_at = 'infinity'`` could not be read back: every worker that looked
 for the next scheduled job exited at once (``timestamp too large``), and ``pgq jobs
 list`` failed on it, until someone edited the row. The API never writes such a value
 (``pgqueue/bounds.py`` caps delays at 100 years); this constraint refuses it from any

@@ -1,4 +1,4 @@
-"""Queues as objects: pgqueue.queues holds a queue's state and settings (issue 13).
+"""Queues as objects: pgqueue.queues holds a queue's state and settings.
 
 Revision ID: 0006_queues
 Revises: 0005_times_in_range

@@ -1,4 +1,4 @@
-"""Workflows: steps are jobs, dependencies are rows of workflow_edges (issue 12).
+"""Workflows: steps are jobs, dependencies are rows of workflow_edges.
 
 Revision ID: 0007_workflows
 Revises: 0006_queues

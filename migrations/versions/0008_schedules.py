@@ -1,4 +1,4 @@
-"""Periodic jobs: pgqueue.schedules holds one row per schedule (issue 12, part 1).
+"""Periodic jobs: pgqueue.schedules holds one row per schedule.
 
 Revision ID: 0008_schedules
 Revises: 0007_workflows

@@ -9,7 +9,7 @@ A thread cannot be stopped. When the worker stops waiting for a call (its job ti
 was released at shutdown or lost its lease) while the call still runs, the call is
 *abandoned*: its thread stays busy, and :attr:`DaemonThreadPool.stuck` counts it until
 the call returns, so that the worker keeps that slot taken instead of handing it to a job
-that would wait for a thread (issue 10.4).
+that would wait for a thread.
 """
 
 from __future__ import annotations

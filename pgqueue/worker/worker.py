@@ -371,7 +371,7 @@ class Worker:
         self._registered.set()
         self._handles_signals = self.settings.install_signal_handlers
         if self._handles_signals and threading.current_thread() is not threading.main_thread():
-            # Signal handlers can only be installed in the main thread (issue 18.9).
+            # Signal handlers can only be installed in the main thread.
             logger.info("Not in the main thread: no SIGTERM/SIGINT handlers; stop this "
                         "worker with Worker.request_stop() or BackgroundWorker.stop() "
                         "(install_signal_handlers=False says so explicitly).")
@@ -485,9 +485,9 @@ def run(queue: Queue, settings: WorkerSettings) -> int:
     """Run a worker for ``queue`` until stopped (blocking).
 
     Not ``asyncio.run``: at the end it cancels the tasks left and waits for them without a
-    bound, and a task that swallows its cancellation would keep the process alive forever
-    (issue 10.5). Leftover tasks get ``LEFTOVER_GRACE`` and are then abandoned: the jobs
-    they ran were already released.
+    bound, and a task that swallows its cancellation would keep the process alive forever.
+    Leftover tasks get ``LEFTOVER_GRACE`` and are then abandoned: the jobs they ran were
+    already released.
     """
     loop = asyncio.new_event_loop()
     try:

@@ -1,8 +1,7 @@
 """Bad input through the real ``pgq`` process: one line, the right words, exit status 1.
 
-Regression tests for issue 10 (items 7, 9: oversized keys, misleading error classes,
-forged log lines) and issue 18 (items 3, 7, 8: keyword arguments, what migrate did, the
-traceback of a failing ``-A`` module). Helpers come from tests/e2e/_pgq.py.
+Regression tests for oversized keys, misleading error classes, forged log lines,
+keyword arguments, what migrate did, and the traceback of a failing ``-A`` module. Helpers come from tests/e2e/_pgq.py.
 """
 
 from __future__ import annotations

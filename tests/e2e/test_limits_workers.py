@@ -1,4 +1,4 @@
-"""Limits across the cluster with real worker processes (issue 15).
+"""Limits across the cluster with real worker processes.
 
 Three ``pgq worker`` processes claim from one database while the test reads
 ``pgqueue.jobs`` every 50 ms: ``status = 'running'`` is the truth for concurrency (a job

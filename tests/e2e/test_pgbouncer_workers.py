@@ -1,4 +1,4 @@
-"""Workers behind PgBouncer (issue 10.10): real ``pgq worker`` processes whose ``--dsn``
+"""Workers behind PgBouncer: real ``pgq worker`` processes whose ``--dsn``
 leads to a real pgbouncer (tests/_pgbouncer.py), in transaction mode (two server
 connections shared by every client) with ``pool_mode=transaction``, and in session mode.
 

@@ -1,4 +1,4 @@
-"""Queues as objects with real processes (issue 13): ``pgq queues pause|resume`` take effect
+"""Queues as objects with real processes: ``pgq queues pause|resume`` take effect
 within a second across three ``pgq worker`` processes, and the ``pgq queues`` commands
 print what they changed and refuse bad input in one line.
 """

@@ -1,4 +1,4 @@
-"""No task can take a worker down or stall it (issue 10.3-10.5, 18.10), in real processes.
+"""No task can take a worker down or stall it, in real processes.
 
 * ``sys.exit(3)`` and ``KeyboardInterrupt`` inside a task (sync or async) fail that
   attempt with a last line that says so; the worker and the jobs beside it carry on.

@@ -1,4 +1,4 @@
-"""Workflows run by real ``pgq worker`` processes (issue 12): chain, group, chord and a
+"""Workflows run by real ``pgq worker`` processes: chain, group, chord and a
 diamond at concurrency 8 on three workers, with retries inside members; and a worker
 killed with SIGKILL in the middle of a chord, after which the callback still runs exactly
 once, with every member's result in order.

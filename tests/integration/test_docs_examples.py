@@ -7,8 +7,8 @@ executed, in order, against a migrated database (the quickstart's DSN
 ``postgresql://app@localhost:5432/app`` is replaced by the test's). A block preceded by
 ``<!-- not executed: reason -->`` is skipped and must say why. The quickstart's task
 module is written to ``myapp/tasks.py`` as the quickstart says, and a real ``pgq worker``
-runs what the examples enqueue: every job must succeed (issue 18, item 6: the SQL
-insert example made a dead job against the quickstart's ``user_id: int`` task).
+runs what the examples enqueue: every job must succeed (the SQL insert example once
+made a dead job against the quickstart's ``user_id: int`` task).
 """
 
 from __future__ import annotations

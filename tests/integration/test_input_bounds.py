@@ -1,7 +1,7 @@
 """Hostile and out-of-range input at the API boundary, against a real database.
 
-Each test reproduces a failure found in issue 10 (items 6-8) or issue 18 (items 3, 4,
-7): what used to reach PostgreSQL (and fail there with a raw error, or be stored and
+Each test reproduces a failure found by probing the API with hostile input: what used
+to reach PostgreSQL (and fail there with a raw error, or be stored and
 break later) is now refused where it is given, in one line, or stored as the caller
 gave it.
 """

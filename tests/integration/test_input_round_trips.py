@@ -201,7 +201,7 @@ def test_the_worker_survives_whatever_a_task_returns_or_raises(
     running: tuple[Queue, BackgroundWorker], dsn: str, case: tuple[str, Any]
 ) -> None:
     # A lone surrogate in an exception's text used to fail the completer's batch and
-    # exit the worker (issue 10.2): the first explicit example fails without the fix.
+    # exit the worker: the first explicit example fails without the fix.
     how, value = case
     queue, worker = running
     key = secrets.token_hex(8)

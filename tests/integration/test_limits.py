@@ -1,4 +1,4 @@
-"""Limits across workers (issue 15, revision 0010_limits), against a real database.
+"""Limits across workers (revision 0010_limits), against a real database.
 
 Several in-process workers share one event loop here, so the tests can count what runs
 at once in plain Python; each worker has its own connections, claims and ``workers`` row,

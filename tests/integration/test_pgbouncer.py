@@ -6,7 +6,7 @@ the pooler that statement then lands on a server connection that does not have i
 (``InvalidSqlStatementName``) or that already has another client's statement of the
 same name (``DuplicatePreparedStatement``), or binds another client's statement. With
 ``pool_mode=transaction`` in its DSN a Queue's connections never prepare, and every
-enqueue path works behind the pooler. (Workers behind the pooler are issue 10's.)
+enqueue path works behind the pooler. (tests/e2e/test_pgbouncer_workers.py runs workers behind it.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Queues as objects (issue 13, revision 0006_queues): pause and resume, bounded queues,
+"""Queues as objects (revision 0006_queues): pause and resume, bounded queues,
 and their settings through the Python API and SQL, against a real database and an
 in-process worker. ``tests/e2e/test_queues_cli.py`` drives real worker processes.
 """

@@ -1,4 +1,4 @@
-"""Workflows (issue 12, revision 0007_workflows): chain, group, chord and the general
+"""Workflows (revision 0007_workflows): chain, group, chord and the general
 Workflow, against a real database and an in-process worker. Real worker processes, with
 SIGKILL mid-chord, are in ``tests/e2e/test_workflows_processes.py``.
 """

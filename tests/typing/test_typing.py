@@ -1,4 +1,4 @@
-"""Typed tasks (issue 17, item 5): mypy and pyright check enqueue calls, workflow steps
+"""Typed tasks: mypy and pyright check enqueue calls, workflow steps
 (``s``) and ``enqueue_many`` items (``args``) against the task.
 
 ``cases/positives.py`` must type-check cleanly (its ``assert_type`` calls pin the

@@ -1,7 +1,6 @@
 """Every value that can reach the database is checked where the user gives it.
 
-Each refusal is one line that names the field and the accepted range (issue 10, items
-6 to 9). The database-side consequences (what these values did before: raw psycopg
+Each refusal is one line that names the field and the accepted range. The database-side consequences (what these values did before: raw psycopg
 errors, a worker that cannot read a row back) are in
 tests/integration/test_input_bounds.py.
 """

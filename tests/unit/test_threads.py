@@ -1,4 +1,4 @@
-"""The daemon thread pool's accounting of calls nobody waits for (issue 10.4)."""
+"""The daemon thread pool's accounting of calls nobody waits for."""
 
 from __future__ import annotations
 
