@@ -1,7 +1,8 @@
 """Bad input through the real ``pgq`` process: one line, the right words, exit status 1.
 
 Regression tests for oversized keys, misleading error classes, forged log lines,
-keyword arguments, what migrate did, and the traceback of a failing ``-A`` module. Helpers come from tests/e2e/_pgq.py.
+keyword arguments, what migrate did, and the traceback of a failing ``-A`` module.
+Helpers come from tests/e2e/_pgq.py.
 """
 
 from __future__ import annotations

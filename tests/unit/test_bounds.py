@@ -1,8 +1,8 @@
 """Every value that can reach the database is checked where the user gives it.
 
-Each refusal is one line that names the field and the accepted range. The database-side consequences (what these values did before: raw psycopg
-errors, a worker that cannot read a row back) are in
-tests/integration/test_input_bounds.py.
+Each refusal is one line that names the field and the accepted range. The database-side
+consequences (what these values did before: raw psycopg errors, a worker that cannot
+read a row back) are in tests/integration/test_input_bounds.py.
 """
 
 from __future__ import annotations
