@@ -160,9 +160,19 @@ class Ledger:
 
     def drop_held(self, ids: set[int]) -> list[ClaimedJob]:
         """Forget held jobs (started, given back, or no longer ours); returns them."""
-        dropped = [h.job for h in self._held if h.job.id in ids]
+        held = self._held
+        # The jobs a start took were offered from the end of the list (the next to
+        # start): pop that tail first. A scan of every held job per batch was 5% of the
+        # worker's CPU draining no-op jobs with 8 slots and ~300 held.
+        dropped = []
+        while held and held[-1].job.id in ids:
+            dropped.append(held.pop().job)
+        if len(dropped) < len(ids):
+            rest = [h.job for h in held if h.job.id in ids]
+            if rest:
+                self._held = [h for h in held if h.job.id not in ids]
+                dropped += rest
         if dropped:
-            self._held = [h for h in self._held if h.job.id not in ids]
             self._demand()
         return dropped
 

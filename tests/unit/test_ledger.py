@@ -116,3 +116,13 @@ def test_demand_goes_to_the_completer_while_jobs_are_held() -> None:
     book.draining = True
     book.slot_freed()
     assert calls == []
+
+
+def test_dropping_held_jobs_from_the_tail_the_middle_or_not_held_at_all() -> None:
+    book = ledger(concurrency=8)
+    book.hold([job(n, priority=n) for n in range(1, 7)])  # start order: 6, 5, ..., 1
+    assert [j.id for j in book.drop_held({6, 5})] == [6, 5]  # the next to start
+    assert sorted(j.id for j in book.drop_held({4, 2, 99})) == [2, 4]  # 99: not held
+    assert [j.id for j in book.offer(8)[0]] == [3, 1]
+    assert book.drop_held({99}) == []
+    assert book.held == 2
